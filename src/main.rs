@@ -1,1 +1,202 @@
-fn main() {}
+//! The `sessionless` command: arguments, runtime, signals.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use base64::Engine;
+use clap::{Parser, Subcommand};
+use rand::RngCore;
+use sessionless::config::{Config, DEFAULT_LISTEN};
+
+/// A gateway that lets MCP 2026-07-28 (stateless) clients use legacy,
+/// session-based MCP servers.
+#[derive(Parser, Debug)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    /// The legacy upstream MCP endpoint, e.g. http://127.0.0.1:9000/mcp (served at /mcp).
+    #[arg(long, value_name = "URL", conflicts_with = "config")]
+    upstream: Option<String>,
+    /// A TOML routing file (see config/); exclusive with --upstream.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1:8080, or the file's server.listen].
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Runs the gateway in front of a small built-in legacy MCP server, for a first try.
+    Demo {
+        /// Address for the gateway.
+        #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
+        listen: SocketAddr,
+    },
+    /// Runs only the built-in legacy MCP server (endpoint /mcp).
+    DemoUpstream {
+        /// Address to listen on.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9000")]
+        listen: SocketAddr,
+    },
+    /// Prints a fresh random sealing key (base64url, 32 bytes) for an env var or key file.
+    GenKey,
+    /// Validates a routing file and exits.
+    CheckConfig {
+        /// The TOML routing file.
+        file: PathBuf,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SESSIONLESS_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    match cli.command {
+        Some(Command::GenKey) => {
+            let mut key = [0u8; 32];
+            rand::thread_rng().fill_bytes(&mut key);
+            println!(
+                "{}",
+                base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key)
+            );
+            Ok(())
+        }
+        Some(Command::CheckConfig { file }) => {
+            Config::from_file(&file)?;
+            println!("{}: ok", file.display());
+            Ok(())
+        }
+        Some(Command::DemoUpstream { listen }) => runtime.block_on(demo_upstream(listen)),
+        Some(Command::Demo { listen }) => runtime.block_on(demo(listen)),
+        None => {
+            let config = match (&cli.upstream, &cli.config) {
+                (Some(url), None) => {
+                    Config::single(url, cli.listen.unwrap_or(DEFAULT_LISTEN.parse()?))?
+                }
+                (None, Some(file)) => {
+                    let mut c = Config::from_file(file)?;
+                    if let Some(l) = cli.listen {
+                        c.listen = l;
+                    }
+                    c
+                }
+                _ => bail!("give --upstream URL or --config FILE (see --help)"),
+            };
+            runtime.block_on(gateway(config))
+        }
+    }
+}
+
+async fn gateway(config: Config) -> anyhow::Result<()> {
+    let routes: Vec<String> = config
+        .routes
+        .iter()
+        .map(|r| format!("{} -> {}", r.path, r.upstream.url))
+        .collect();
+    let running = sessionless::run(config)
+        .await
+        .context("cannot start the gateway")?;
+    eprintln!(
+        "sessionless listening on http://{} ({})",
+        running.addr,
+        routes.join(", ")
+    );
+    let token = running.shutdown_token();
+    tokio::spawn(async move {
+        signal().await;
+        eprintln!("sessionless: shutting down (draining)");
+        token.cancel();
+    });
+    running.wait().await;
+    Ok(())
+}
+
+async fn demo_upstream(listen: SocketAddr) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot bind {listen}"))?;
+    eprintln!(
+        "sessionless demo upstream (legacy MCP) on http://{}/mcp",
+        listener.local_addr()?
+    );
+    sessionless::demo::serve(listener, signal()).await?;
+    Ok(())
+}
+
+async fn demo(listen: SocketAddr) -> anyhow::Result<()> {
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let upstream_url = format!("http://{}/mcp", upstream.local_addr()?);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let stopped = stop.clone();
+    let demo = tokio::spawn(sessionless::demo::serve(upstream, async move {
+        stopped.cancelled().await
+    }));
+    let running = sessionless::run(Config::single(&upstream_url, listen)?)
+        .await
+        .context("cannot start the gateway")?;
+    let url = running.url("/mcp");
+    println!("sessionless demo: gateway on {url}, built-in legacy server on {upstream_url}");
+    println!("try:\n{}", demo_curls(&url));
+    let token = running.shutdown_token();
+    signal().await;
+    token.cancel();
+    running.wait().await;
+    stop.cancel();
+    let _ = demo.await;
+    Ok(())
+}
+
+fn demo_curls(url: &str) -> String {
+    let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
+    let call = |method: &str, name: Option<&str>, params: &str| {
+        let name_header = name
+            .map(|n| format!(" -H 'Mcp-Name: {n}'"))
+            .unwrap_or_default();
+        format!(
+            "  curl -s {url} -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \\\n    -H 'MCP-Protocol-Version: 2026-07-28' -H 'Mcp-Method: {method}'{name_header} \\\n    -d '{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"{method}\",\"params\":{{{params}{meta}}}}}'\n"
+        )
+    };
+    [
+        call("server/discover", None, ""),
+        call("tools/list", None, ""),
+        call(
+            "tools/call",
+            Some("echo"),
+            r#""name":"echo","arguments":{"text":"hello"},"#,
+        ),
+        call(
+            "tools/call",
+            Some("slow"),
+            r#""name":"slow","arguments":{"steps":3},"_meta_progress":"see README","#,
+        )
+        .replace(r#""_meta_progress":"see README","#, ""),
+    ]
+    .concat()
+}
+
+async fn signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,256 @@
+//! One request forwarded on a legacy session: send it, then read the
+//! upstream's answer (JSON, or an SSE stream carrying progress, log messages
+//! and server-initiated requests before the response).
+
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+use tokio::time::Instant;
+
+use super::session::Session;
+use super::transport::{EventStream, Reply as UpReply, SessionWire, StreamEnd};
+use crate::error::Error;
+use crate::front::{Call, LogLevel};
+use crate::metrics::{MethodLabels, Metrics};
+use crate::reply::Reply;
+
+/// How a forwarded call ended.
+pub enum Done {
+    Result(Map<String, Value>),
+    Failed(Error),
+    /// The client went away; the upstream was told to cancel.
+    Cancelled,
+}
+
+/// Everything the read loop needs about the call in flight.
+pub struct InFlight<'a> {
+    pub call: &'a Call,
+    pub session: &'a Session,
+    pub wire: &'a SessionWire,
+    pub upstream_id: u64,
+    pub progress_token: Option<Value>,
+    pub keepalive: Duration,
+    pub deadline: Instant,
+    pub metrics: &'a Metrics,
+}
+
+/// The legacy request for a modern call: minted id and progress token,
+/// modern-only `_meta` keys left out, the rest of `_meta` passed through.
+pub fn upstream_request(
+    call: &Call,
+    params: &Map<String, Value>,
+    id: u64,
+    token: Option<&Value>,
+) -> Value {
+    let mut params = params.clone();
+    params.remove("inputResponses");
+    params.remove("requestState");
+    let mut meta = call.meta.passthrough.clone();
+    if let Some(t) = token {
+        meta.insert("progressToken".into(), t.clone());
+    }
+    if !meta.is_empty() {
+        params.insert("_meta".into(), Value::Object(meta));
+    }
+    json!({"jsonrpc": "2.0", "id": id, "method": call.method.as_str(), "params": params})
+}
+
+/// Reads the upstream's answer to `flight` and streams what the client asked for.
+pub async fn read_answer(flight: &InFlight<'_>, answer: UpReply, reply: &mut Reply) -> Done {
+    match answer {
+        UpReply::Json(msg) => match response_of(&msg, flight.upstream_id) {
+            Some(done) => done,
+            None => Done::Failed(Error::UpstreamInvalid("unexpected JSON answer")),
+        },
+        UpReply::Accepted => Done::Failed(Error::UpstreamInvalid("202 to a request")),
+        UpReply::Stream(stream) => read_stream(flight, stream, reply).await,
+    }
+}
+
+/// The outcome if `msg` is the response to request `id`. Some servers answer
+/// malformed requests with a non-matching id (e.g. "server-error"): an error
+/// object arriving as the whole JSON answer is taken as this request's.
+fn response_of(msg: &Value, id: u64) -> Option<Done> {
+    let is_ours = msg.get("id").and_then(Value::as_u64) == Some(id);
+    if let Some(err) = msg.get("error") {
+        return (is_ours || msg.get("method").is_none())
+            .then(|| Done::Failed(super::translate::error(err)));
+    }
+    if !is_ours {
+        return None;
+    }
+    match msg.get("result") {
+        Some(Value::Object(r)) => Some(Done::Result(r.clone())),
+        _ => Some(Done::Failed(Error::UpstreamInvalid(
+            "response without result",
+        ))),
+    }
+}
+
+async fn read_stream(flight: &InFlight<'_>, mut stream: EventStream, reply: &mut Reply) -> Done {
+    let mut keepalive =
+        tokio::time::interval_at(Instant::now() + flight.keepalive, flight.keepalive);
+    loop {
+        let msg = tokio::select! {
+            msg = stream.next() => msg,
+            _ = reply.closed() => return cancel(flight, "client closed the stream").await,
+            _ = keepalive.tick() => {
+                if reply.keepalive().await.is_err() {
+                    return cancel(flight, "client closed the stream").await;
+                }
+                continue;
+            }
+            _ = tokio::time::sleep_until(flight.deadline) => {
+                cancel(flight, "gateway call timeout").await;
+                return Done::Failed(Error::OutcomeUnknown);
+            }
+        };
+        let msg = match msg {
+            Ok(m) => m,
+            Err(StreamEnd::TooLarge) => return Done::Failed(Error::UpstreamTooLarge),
+            Err(StreamEnd::Invalid) => {
+                return Done::Failed(Error::UpstreamInvalid("bad SSE event"))
+            }
+            Err(StreamEnd::Closed) => return Done::Failed(Error::OutcomeUnknown),
+        };
+        if msg.get("method").is_none() {
+            if let Some(done) = response_of(&msg, flight.upstream_id) {
+                return done;
+            }
+            continue;
+        }
+        if msg.get("id").is_some() {
+            answer_server_request(flight, &msg).await;
+            continue;
+        }
+        if let Some(note) = forwardable(flight, msg) {
+            if reply.event(&note).await.is_err() {
+                return cancel(flight, "client closed the stream").await;
+            }
+        }
+    }
+}
+
+/// A notification the client asked for, rewritten for it; `None` otherwise.
+fn forwardable(flight: &InFlight<'_>, mut msg: Value) -> Option<Value> {
+    match msg.get("method").and_then(Value::as_str)? {
+        "notifications/progress" => {
+            let ours = flight.progress_token.as_ref()?;
+            let params = msg.get_mut("params")?.as_object_mut()?;
+            if params.get("progressToken") != Some(ours) {
+                return None;
+            }
+            let client_token = flight.call.meta.progress_token.clone()?;
+            params.insert("progressToken".into(), client_token);
+            Some(msg)
+        }
+        "notifications/message" => {
+            let wanted = flight.call.meta.log_level?;
+            let level = msg
+                .pointer("/params/level")
+                .and_then(Value::as_str)
+                .and_then(LogLevel::parse)?;
+            (level >= wanted).then_some(msg)
+        }
+        _ => None,
+    }
+}
+
+/// Answers a server-initiated request: `ping` is answered by the gateway;
+/// questions for the user are declined on the client's behalf (elicitation
+/// `cancel`, others an error) so the upstream is never left waiting.
+async fn answer_server_request(flight: &InFlight<'_>, msg: &Value) {
+    let method = respond_upstream(flight.session, flight.wire, msg).await;
+    if method != "ping" {
+        let known = matches!(
+            method,
+            "elicitation/create" | "sampling/createMessage" | "roots/list"
+        );
+        flight
+            .metrics
+            .upstream_requests_declined
+            .get_or_create(&MethodLabels {
+                route: flight.session.key.route.clone(),
+                method: if known {
+                    method.to_string()
+                } else {
+                    "other".into()
+                },
+            })
+            .inc();
+    }
+}
+
+/// Posts the gateway's answer to an upstream request; returns its method.
+pub async fn respond_upstream<'m>(
+    session: &Session,
+    wire: &SessionWire,
+    msg: &'m Value,
+) -> &'m str {
+    let id = msg.get("id").cloned().unwrap_or(Value::Null);
+    let method = msg.get("method").and_then(Value::as_str).unwrap_or("");
+    let response = match method {
+        "ping" => json!({"jsonrpc": "2.0", "id": id, "result": {}}),
+        "elicitation/create" => json!({"jsonrpc": "2.0", "id": id, "result": {"action": "cancel"}}),
+        _ => json!({"jsonrpc": "2.0", "id": id, "error": {
+            "code": -32601, "message": "Declined by the gateway: the client cannot answer this request"}}),
+    };
+    let _ = session.transport.post(wire, &response).await;
+    method
+}
+
+/// A request the gateway itself sends on a session (not a client's call):
+/// waits for its result, answering anything the upstream asks meanwhile.
+pub async fn simple_request(
+    session: &Session,
+    method: &str,
+    params: Value,
+    timeout: Duration,
+) -> Result<Map<String, Value>, Error> {
+    let id = session.mint_id();
+    let request = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let exchange = async {
+        let (answer, _) = session
+            .transport
+            .post(&session.wire, &request)
+            .await
+            .map_err(|e| super::map_post_error(e, true))?;
+        let done = match answer {
+            UpReply::Json(msg) => response_of(&msg, id),
+            UpReply::Accepted => None,
+            UpReply::Stream(mut stream) => loop {
+                let msg = stream.next().await.map_err(|_| Error::OutcomeUnknown)?;
+                if msg.get("method").is_some() {
+                    if msg.get("id").is_some() {
+                        respond_upstream(session, &session.wire, &msg).await;
+                    }
+                    continue;
+                }
+                if let Some(done) = response_of(&msg, id) {
+                    break Some(done);
+                }
+            },
+        };
+        match done {
+            Some(Done::Result(r)) => Ok(r),
+            Some(Done::Failed(e)) => Err(e),
+            _ => Err(Error::UpstreamInvalid("no response")),
+        }
+    };
+    tokio::time::timeout(timeout, exchange)
+        .await
+        .unwrap_or(Err(Error::UpstreamTimeout))
+}
+
+/// Tells the upstream to stop working on the request (a legacy disconnect is not a cancel).
+async fn cancel(flight: &InFlight<'_>, reason: &str) -> Done {
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": flight.upstream_id, "reason": reason}});
+    let _ = flight.session.transport.post(flight.wire, &note).await;
+    flight
+        .metrics
+        .upstream_cancellations
+        .get_or_create(&Metrics::route(&flight.session.key.route))
+        .inc();
+    Done::Cancelled
+}

@@ -1,0 +1,225 @@
+//! `subscriptions/listen`: an upstream session of its own, its standalone GET
+//! stream, and `resources/subscribe` for the URIs the filter names. Only the
+//! notification types the client asked for (and the upstream supports) are
+//! passed on, each tagged with the subscription id.
+
+use http::StatusCode;
+use serde_json::{json, Map, Value};
+use tokio::time::Instant;
+
+use super::call::{respond_upstream, simple_request};
+use super::session::Session;
+use super::{error_message, Caller, Legacy};
+use crate::config::Route;
+use crate::error::Error;
+use crate::front::Call;
+use crate::metrics::Metrics;
+use crate::reply::Reply;
+
+const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+const MAX_SUBSCRIBED_URIS: usize = 256;
+
+/// What the client asked for, cut down to what the upstream can deliver.
+#[derive(Debug, Default, Clone)]
+struct Filter {
+    tools: bool,
+    prompts: bool,
+    resources: bool,
+    uris: Vec<String>,
+}
+
+impl Filter {
+    fn parse(params: &Map<String, Value>) -> Result<Filter, Error> {
+        let Some(Value::Object(n)) = params.get("notifications") else {
+            return Err(Error::invalid_params(
+                "subscriptions/listen needs a notifications filter",
+            ));
+        };
+        let flag = |k: &str| n.get(k).and_then(Value::as_bool).unwrap_or(false);
+        let uris = match n.get("resourceSubscriptions") {
+            None => Vec::new(),
+            Some(Value::Array(a)) if a.len() <= MAX_SUBSCRIBED_URIS => a
+                .iter()
+                .map(|u| u.as_str().map(str::to_string))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| Error::invalid_params("resourceSubscriptions must be strings"))?,
+            Some(_) => {
+                return Err(Error::invalid_params(
+                    "resourceSubscriptions must be a bounded list of URIs",
+                ))
+            }
+        };
+        Ok(Filter {
+            tools: flag("toolsListChanged"),
+            prompts: flag("promptsListChanged"),
+            resources: flag("resourcesListChanged"),
+            uris,
+        })
+    }
+
+    /// Keeps what the upstream's capabilities support.
+    fn honoured(mut self, init: &Value) -> Filter {
+        let cap = |path: &str| init.pointer(path).and_then(Value::as_bool).unwrap_or(false);
+        self.tools &= cap("/capabilities/tools/listChanged");
+        self.prompts &= cap("/capabilities/prompts/listChanged");
+        self.resources &= cap("/capabilities/resources/listChanged");
+        if !cap("/capabilities/resources/subscribe") {
+            self.uris.clear();
+        }
+        self
+    }
+
+    fn to_json(&self) -> Value {
+        let mut out = Map::new();
+        for (k, on) in [
+            ("toolsListChanged", self.tools),
+            ("promptsListChanged", self.prompts),
+            ("resourcesListChanged", self.resources),
+        ] {
+            if on {
+                out.insert(k.into(), json!(true));
+            }
+        }
+        if !self.uris.is_empty() {
+            out.insert("resourceSubscriptions".into(), json!(self.uris));
+        }
+        Value::Object(out)
+    }
+
+    fn wants(&self, msg: &Value) -> bool {
+        match msg.get("method").and_then(Value::as_str) {
+            Some("notifications/tools/list_changed") => self.tools,
+            Some("notifications/prompts/list_changed") => self.prompts,
+            Some("notifications/resources/list_changed") => self.resources,
+            Some("notifications/resources/updated") => msg
+                .pointer("/params/uri")
+                .and_then(Value::as_str)
+                .is_some_and(|u| self.uris.iter().any(|x| x == u)),
+            _ => false,
+        }
+    }
+}
+
+fn tagged(mut msg: Value, id: &Value) -> Value {
+    if let Some(obj) = msg.as_object_mut() {
+        obj.remove("id");
+        let params = obj.entry("params").or_insert_with(|| json!({}));
+        if let Some(p) = params.as_object_mut() {
+            let meta = p.entry("_meta").or_insert_with(|| json!({}));
+            if let Some(m) = meta.as_object_mut() {
+                m.insert(SUBSCRIPTION_ID.into(), id.clone());
+            }
+        }
+    }
+    msg
+}
+
+impl Legacy {
+    pub(super) async fn listen(
+        &self,
+        route: &Route,
+        call: &Call,
+        caller: &Caller,
+        mut reply: Reply,
+    ) -> &'static str {
+        let filter = match Filter::parse(&call.params) {
+            Ok(f) => f,
+            Err(e) => return fail(reply, call, e).await,
+        };
+        let Ok(_permit) = self.listen_slots.clone().try_acquire_owned() else {
+            return fail(reply, call, Error::Overloaded).await;
+        };
+        let transport = &self.transports[&route.path];
+        let session = match self
+            .pool
+            .open_exclusive(transport, Self::key(route, call, caller))
+            .await
+        {
+            Ok(s) => s,
+            Err(e) => return fail(reply, call, e).await,
+        };
+        let gauge = self
+            .metrics
+            .listen_streams_open
+            .get_or_create(&Metrics::route(&route.path))
+            .clone();
+        gauge.inc();
+        let outcome = self
+            .run_listen(route, call, &session, filter, &mut reply)
+            .await;
+        gauge.dec();
+        self.pool.close(&session, "exclusive").await;
+        if outcome == "ok" {
+            let end = json!({"jsonrpc": "2.0", "id": call.id,
+                "result": {"resultType": "complete", "_meta": {SUBSCRIPTION_ID: call.id}}});
+            reply.finish(StatusCode::OK, &end).await;
+        }
+        outcome
+    }
+
+    async fn run_listen(
+        &self,
+        route: &Route,
+        call: &Call,
+        session: &Session,
+        filter: Filter,
+        reply: &mut Reply,
+    ) -> &'static str {
+        let filter = filter.honoured(&session.init);
+        let timeout = route.upstream.response_timeout;
+        for uri in &filter.uris {
+            if let Err(e) =
+                simple_request(session, "resources/subscribe", json!({"uri": uri}), timeout).await
+            {
+                tracing::warn!(error = %e, "resources/subscribe failed upstream");
+            }
+        }
+        let mut stream = match session.transport.get_stream(&session.wire, None).await {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::info!(
+                    ?e,
+                    "upstream has no standalone GET stream; listen carries keep-alives only"
+                );
+                None
+            }
+        };
+        let ack = json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+            "params": {"notifications": filter.to_json(), "_meta": {SUBSCRIPTION_ID: call.id}}});
+        if reply.event(&ack).await.is_err() {
+            return "cancelled";
+        }
+        let mut keepalive =
+            tokio::time::interval_at(Instant::now() + self.keepalive, self.keepalive);
+        loop {
+            let next = async {
+                match stream.as_mut() {
+                    Some(s) => s.next().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = self.shutdown.cancelled() => return "ok",
+                _ = reply.closed() => return "cancelled",
+                _ = keepalive.tick() => {
+                    if reply.keepalive().await.is_err() { return "cancelled"; }
+                }
+                msg = next => match msg {
+                    Err(_) => return "ok",
+                    Ok(msg) if msg.get("id").is_some() && msg.get("method").is_some() => {
+                        respond_upstream(session, &session.wire, &msg).await;
+                    }
+                    Ok(msg) if filter.wants(&msg) => {
+                        if reply.event(&tagged(msg, &call.id)).await.is_err() { return "cancelled"; }
+                    }
+                    Ok(_) => {}
+                },
+            }
+        }
+    }
+}
+
+async fn fail(reply: Reply, call: &Call, e: Error) -> &'static str {
+    reply.finish(e.status(), &error_message(&call.id, &e)).await;
+    e.reason()
+}

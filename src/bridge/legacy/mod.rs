@@ -1,0 +1,287 @@
+//! The legacy bridge: runs modern calls on pooled legacy sessions.
+
+mod call;
+mod cursor;
+mod listen;
+mod pool;
+mod session;
+mod tool_headers;
+mod translate;
+mod transport;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dashmap::DashMap;
+use http::{HeaderMap, StatusCode};
+use serde_json::{json, Value};
+
+use crate::config::{Config, Route};
+use crate::error::{error_body, Error};
+use crate::front::{Call, Method, SUPPORTED_VERSIONS};
+use crate::metrics::Metrics;
+use crate::reply::Reply;
+use crate::seal::Sealer;
+use call::{Done, InFlight};
+pub use pool::Pool;
+use session::{legacy_capabilities, PoolKey, Session};
+use transport::{PostError, SessionWire, Transport};
+
+/// Who is calling, as far as the upstream session pool is concerned.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// Digest of the bearer token, or "anonymous".
+    pub principal: String,
+    /// Only the `Mcp-Param-*` headers of the request.
+    pub param_headers: HeaderMap,
+}
+
+pub struct Legacy {
+    pool: Arc<Pool>,
+    transports: HashMap<String, Transport>,
+    /// (route, capabilities) → when fetched, `InitializeResult`.
+    discover: DashMap<(String, String), (Instant, Arc<Value>)>,
+    tool_headers: tool_headers::Cache,
+    sealer: Arc<Sealer>,
+    metrics: Metrics,
+    keepalive: Duration,
+    listen_slots: Arc<tokio::sync::Semaphore>,
+    /// Fires at shutdown: ends listen streams.
+    shutdown: tokio_util::sync::CancellationToken,
+}
+
+/// Maps a transport failure to the client-facing error. `sent`: the request
+/// may have reached the upstream, so its outcome is unknown.
+pub(crate) fn map_post_error(e: PostError, sent: bool) -> Error {
+    match e {
+        PostError::NotSent => Error::UpstreamUnreachable,
+        PostError::Timeout => Error::UpstreamTimeout,
+        PostError::Broken if sent => Error::OutcomeUnknown,
+        PostError::Broken => Error::UpstreamUnreachable,
+        PostError::SessionGone => Error::UpstreamInvalid("session lost"),
+        PostError::Status(_) => Error::UpstreamInvalid("error status"),
+        PostError::Invalid(why) => Error::UpstreamInvalid(why),
+        PostError::TooLarge => Error::UpstreamTooLarge,
+    }
+}
+
+impl Legacy {
+    pub fn new(
+        config: &Config,
+        sealer: Arc<Sealer>,
+        metrics: Metrics,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) -> Legacy {
+        let transports = config
+            .routes
+            .iter()
+            .map(|r| {
+                let t = Transport::new(
+                    r.upstream.clone(),
+                    config.limits.max_upstream_response_bytes,
+                    metrics.clone(),
+                    r.path.clone(),
+                );
+                (r.path.clone(), t)
+            })
+            .collect();
+        Legacy {
+            pool: Arc::new(Pool::new(
+                config.pool.max_sessions,
+                config.pool.idle_timeout,
+                metrics.clone(),
+            )),
+            transports,
+            discover: DashMap::new(),
+            tool_headers: tool_headers::Cache::default(),
+            sealer,
+            metrics,
+            keepalive: config.keepalive_interval,
+            listen_slots: Arc::new(tokio::sync::Semaphore::new(
+                config.limits.max_listen_streams,
+            )),
+            shutdown,
+        }
+    }
+
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    fn key(route: &Route, call: &Call, caller: &Caller) -> PoolKey {
+        PoolKey {
+            route: route.path.clone(),
+            principal: caller.principal.clone(),
+            capabilities: legacy_capabilities(&call.meta.capabilities),
+            version: call.meta.protocol_version.clone(),
+        }
+    }
+
+    /// Serves one call to the end, writing its answer to `reply`.
+    /// Returns the outcome label for metrics.
+    pub async fn serve(
+        &self,
+        route: Arc<Route>,
+        call: Call,
+        caller: Caller,
+        mut reply: Reply,
+    ) -> &'static str {
+        let done = match call.method {
+            Method::Discover => self.discover(&route, &call, &caller).await,
+            Method::SubscriptionsListen => return self.listen(&route, &call, &caller, reply).await,
+            _ => self.forward(&route, &call, &caller, &mut reply).await,
+        };
+        let (status, body, outcome) = match done {
+            Done::Result(result) => (
+                StatusCode::OK,
+                json!({"jsonrpc": "2.0", "id": call.id, "result": result}),
+                "ok",
+            ),
+            Done::Failed(err) => (
+                err.status(),
+                error_body(Some(&call.id), &err, SUPPORTED_VERSIONS),
+                err.reason(),
+            ),
+            Done::Cancelled => return "cancelled",
+        };
+        reply.finish(status, &body).await;
+        outcome
+    }
+
+    async fn discover(&self, route: &Route, call: &Call, caller: &Caller) -> Done {
+        let key = Self::key(route, call, caller);
+        let cache_key = (route.path.clone(), key.capabilities.clone());
+        let cached = self
+            .discover
+            .get(&cache_key)
+            .filter(|e| e.0.elapsed() < route.discover_ttl)
+            .map(|e| e.1.clone());
+        let init = match cached {
+            Some(init) => init,
+            None => match self.pool.acquire(&self.transports[&route.path], key).await {
+                Ok(session) => {
+                    self.discover
+                        .insert(cache_key, (Instant::now(), session.init.clone()));
+                    session.init.clone()
+                }
+                Err(e) => return Done::Failed(e),
+            },
+        };
+        Done::Result(translate::discover(route, &init, SUPPORTED_VERSIONS))
+    }
+
+    async fn forward(
+        &self,
+        route: &Route,
+        call: &Call,
+        caller: &Caller,
+        reply: &mut Reply,
+    ) -> Done {
+        match self.try_forward(route, call, caller, reply).await {
+            Ok(done) => done,
+            Err(e) => Done::Failed(e),
+        }
+    }
+
+    async fn try_forward(
+        &self,
+        route: &Route,
+        call: &Call,
+        caller: &Caller,
+        reply: &mut Reply,
+    ) -> Result<Done, Error> {
+        if call.params.contains_key("requestState") {
+            self.metrics
+                .request_state_rejected
+                .get_or_create(&crate::metrics::ReasonLabels {
+                    route: route.path.clone(),
+                    reason: "unknown_flow",
+                })
+                .inc();
+            return Err(Error::InvalidParams {
+                message: "requestState does not belong to a flow of this gateway".into(),
+                data: Some(json!({"reason": "unknown_flow"})),
+            });
+        }
+        let transport = &self.transports[&route.path];
+        let key = Self::key(route, call, caller);
+        let mut params = call.params.clone();
+        let pinned = cursor::open(&self.sealer, route, call, caller, &mut params)?;
+        let mut session = self.pool.acquire(transport, key.clone()).await?;
+        if call.method == Method::ToolsCall {
+            self.tool_headers
+                .check(&session, call, caller, route.upstream.call_timeout)
+                .await?;
+        }
+        let deadline = tokio::time::Instant::now() + route.upstream.call_timeout;
+        let mut retried = false;
+        loop {
+            let wire = pinned.clone().unwrap_or_else(|| session.wire.clone());
+            let upstream_id = session.mint_id();
+            let token = call
+                .meta
+                .progress_token
+                .as_ref()
+                .map(|_| json!(format!("sl-{upstream_id}")));
+            let request = call::upstream_request(call, &params, upstream_id, token.as_ref());
+            match transport.post(&wire, &request).await {
+                Ok((answer, _)) => {
+                    let flight = InFlight {
+                        call,
+                        session: &session,
+                        wire: &wire,
+                        upstream_id,
+                        progress_token: token,
+                        keepalive: self.keepalive,
+                        deadline,
+                        metrics: &self.metrics,
+                    };
+                    let done = call::read_answer(&flight, answer, reply).await;
+                    return Ok(self.shape(route, call, caller, &session, &wire, done));
+                }
+                Err(PostError::SessionGone) if pinned.is_some() => {
+                    return Err(cursor::expired());
+                }
+                Err(PostError::SessionGone) if !retried => {
+                    self.pool.invalidate(&session);
+                    self.metrics
+                        .sessions_reinitialized
+                        .get_or_create(&Metrics::route(&route.path))
+                        .inc();
+                    session = self.pool.acquire(transport, key.clone()).await?;
+                }
+                Err(PostError::NotSent) if !retried => {}
+                Err(e) => return Err(map_post_error(e, true)),
+            }
+            retried = true;
+        }
+    }
+
+    fn shape(
+        &self,
+        route: &Route,
+        call: &Call,
+        caller: &Caller,
+        session: &Session,
+        wire: &SessionWire,
+        done: Done,
+    ) -> Done {
+        let Done::Result(mut result) = done else {
+            return done;
+        };
+        if let Some(Value::String(next)) = result.get("nextCursor") {
+            let sealed = cursor::seal(&self.sealer, route, call, caller, wire, next);
+            result.insert("nextCursor".into(), Value::String(sealed));
+        }
+        if call.method == Method::ToolsList && !call.params.contains_key("cursor") {
+            self.tool_headers.learn(session, caller, &result);
+        }
+        Done::Result(translate::result(call.method, route, &session.init, result))
+    }
+}
+
+/// Builds a modern JSON-RPC error response (used by listen streams).
+fn error_message(id: &Value, err: &Error) -> Value {
+    error_body(Some(id), err, SUPPORTED_VERSIONS)
+}

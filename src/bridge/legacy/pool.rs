@@ -1,0 +1,221 @@
+//! Pooled legacy sessions keyed by (route, principal, capabilities, version).
+//! Bounded globally: when full, the least recently used idle session is closed;
+//! when every session is busy, new keys are refused (503) rather than grown.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::OnceCell;
+
+use super::session::{InitError, PoolKey, Session};
+use super::transport::Transport;
+use crate::error::Error;
+use crate::metrics::{Metrics, ReasonLabels};
+
+struct Slot {
+    cell: OnceCell<Arc<Session>>,
+}
+
+pub struct Pool {
+    slots: Mutex<HashMap<PoolKey, Arc<Slot>>>,
+    max: usize,
+    idle: Duration,
+    epoch: Instant,
+    metrics: Metrics,
+}
+
+impl Pool {
+    pub fn new(max: usize, idle: Duration, metrics: Metrics) -> Pool {
+        Pool {
+            slots: Mutex::new(HashMap::new()),
+            max,
+            idle,
+            epoch: Instant::now(),
+            metrics,
+        }
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// The pooled session for `key`, opened on first use.
+    pub async fn acquire(
+        &self,
+        transport: &Transport,
+        key: PoolKey,
+    ) -> Result<Arc<Session>, Error> {
+        let slot = self.slot(&key)?;
+        let session = slot
+            .cell
+            .get_or_try_init(|| self.open(transport, key.clone()))
+            .await?
+            .clone();
+        session
+            .last_used
+            .store(self.now_ms(), std::sync::atomic::Ordering::Relaxed);
+        Ok(session)
+    }
+
+    /// A session of its own (not pooled), for a listen stream or a call that
+    /// must not share its session. The caller closes it with [`Pool::close`].
+    pub async fn open_exclusive(
+        &self,
+        transport: &Transport,
+        key: PoolKey,
+    ) -> Result<Arc<Session>, Error> {
+        self.open(transport, key).await
+    }
+
+    async fn open(&self, transport: &Transport, key: PoolKey) -> Result<Arc<Session>, Error> {
+        let route = key.route.clone();
+        match Session::open(transport, key, self.now_ms()).await {
+            Ok(s) => {
+                self.metrics
+                    .sessions_initialized
+                    .get_or_create(&Metrics::route(&route))
+                    .inc();
+                self.metrics
+                    .sessions_open
+                    .get_or_create(&Metrics::route(&route))
+                    .inc();
+                Ok(Arc::new(s))
+            }
+            Err(InitError::Post(e)) => Err(super::map_post_error(e, false)),
+            Err(InitError::Refused(why)) => Err(Error::UpstreamInvalid(why)),
+        }
+    }
+
+    fn slot(&self, key: &PoolKey) -> Result<Arc<Slot>, Error> {
+        let mut slots = self.slots.lock().expect("pool lock");
+        if let Some(slot) = slots.get(key) {
+            return Ok(slot.clone());
+        }
+        if slots.len() >= self.max {
+            let victim = slots
+                .iter()
+                .filter_map(|(k, slot)| {
+                    let s = slot.cell.get()?;
+                    (Arc::strong_count(s) == 1).then(|| {
+                        (
+                            k.clone(),
+                            s.last_used.load(std::sync::atomic::Ordering::Relaxed),
+                        )
+                    })
+                })
+                .min_by_key(|(_, used)| *used)
+                .map(|(k, _)| k)
+                .ok_or(Error::Overloaded)?;
+            if let Some(old) = slots.remove(&victim).and_then(|s| s.cell.get().cloned()) {
+                self.spawn_close(old, "evicted");
+            }
+        }
+        let slot = Arc::new(Slot {
+            cell: OnceCell::new(),
+        });
+        slots.insert(key.clone(), slot.clone());
+        Ok(slot)
+    }
+
+    /// Forgets `session` (after the upstream answered 404 for it).
+    pub fn invalidate(&self, session: &Arc<Session>) {
+        let mut slots = self.slots.lock().expect("pool lock");
+        let same = slots
+            .get(&session.key)
+            .and_then(|slot| slot.cell.get())
+            .is_some_and(|s| Arc::ptr_eq(s, session));
+        if same {
+            slots.remove(&session.key);
+            self.metrics
+                .sessions_open
+                .get_or_create(&Metrics::route(&session.key.route))
+                .dec();
+        }
+        self.metrics
+            .sessions_expired
+            .get_or_create(&Metrics::route(&session.key.route))
+            .inc();
+    }
+
+    fn spawn_close(&self, session: Arc<Session>, reason: &'static str) {
+        let metrics = self.metrics.clone();
+        tokio::spawn(async move { close(&metrics, &session, reason).await });
+    }
+
+    /// Closes an exclusive session.
+    pub async fn close(&self, session: &Session, reason: &'static str) {
+        close(&self.metrics, session, reason).await
+    }
+
+    /// Closes sessions idle longer than the idle timeout. Returns how many.
+    pub fn reap_idle(&self) -> usize {
+        let cutoff = self.now_ms().saturating_sub(self.idle.as_millis() as u64);
+        let victims: Vec<Arc<Session>> = {
+            let mut slots = self.slots.lock().expect("pool lock");
+            let keys: Vec<PoolKey> = slots
+                .iter()
+                .filter(|(_, slot)| {
+                    slot.cell.get().is_some_and(|s| {
+                        Arc::strong_count(s) == 1
+                            && s.last_used.load(std::sync::atomic::Ordering::Relaxed) < cutoff
+                    })
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            keys.iter()
+                .filter_map(|k| slots.remove(k).and_then(|s| s.cell.get().cloned()))
+                .collect()
+        };
+        let n = victims.len();
+        for s in victims {
+            self.spawn_close(s, "idle");
+        }
+        n
+    }
+
+    /// Closes every pooled session (graceful shutdown).
+    pub async fn close_all(&self) {
+        let all: Vec<Arc<Session>> = {
+            let mut slots = self.slots.lock().expect("pool lock");
+            slots
+                .drain()
+                .filter_map(|(_, s)| s.cell.get().cloned())
+                .collect()
+        };
+        let closing = all.iter().map(|s| close(&self.metrics, s, "shutdown"));
+        futures_util::future::join_all(closing).await;
+    }
+
+    pub fn len(&self) -> usize {
+        self.slots.lock().expect("pool lock").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Runs the idle reaper until `shutdown` fires.
+    pub async fn run_reaper(self: Arc<Self>, shutdown: tokio_util::sync::CancellationToken) {
+        let mut tick = tokio::time::interval((self.idle / 4).max(Duration::from_millis(250)));
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => { self.reap_idle(); }
+            }
+        }
+    }
+}
+
+async fn close(metrics: &Metrics, session: &Session, reason: &'static str) {
+    session.transport.delete(&session.wire).await;
+    let route = Metrics::route(&session.key.route);
+    metrics.sessions_open.get_or_create(&route).dec();
+    metrics
+        .sessions_closed
+        .get_or_create(&ReasonLabels {
+            route: session.key.route.clone(),
+            reason,
+        })
+        .inc();
+}

@@ -1,0 +1,159 @@
+//! One legacy upstream session: the `initialize` handshake, its negotiated
+//! version and `InitializeResult`, and the ids the gateway mints on it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+
+use super::transport::{PostError, Reply, SessionWire, Transport};
+use crate::config::LEGACY_VERSIONS;
+
+/// What a session was opened with: legacy capabilities are fixed per session,
+/// so a modern request's declared capabilities pick its session.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PoolKey {
+    pub route: String,
+    /// Digest of the bearer token, or "anonymous".
+    pub principal: String,
+    /// Canonical JSON of the legacy capabilities sent at `initialize`.
+    pub capabilities: String,
+    /// The modern protocol version of the requests this session serves.
+    pub version: String,
+}
+
+pub struct Session {
+    pub key: PoolKey,
+    pub transport: Transport,
+    pub wire: SessionWire,
+    /// The upstream's `InitializeResult`.
+    pub init: Arc<Value>,
+    next_id: AtomicU64,
+    /// Milliseconds since the pool's epoch when last handed out.
+    pub last_used: AtomicU64,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a session could not be opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InitError {
+    Post(PostError),
+    /// The upstream answered `initialize` with a JSON-RPC error or nonsense.
+    Refused(&'static str),
+}
+
+impl Session {
+    /// A fresh JSON-RPC id for a request the gateway sends on this session.
+    pub fn mint_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Runs the legacy handshake: `initialize`, then `notifications/initialized`.
+    pub async fn open(
+        transport: &Transport,
+        key: PoolKey,
+        now_ms: u64,
+    ) -> Result<Session, InitError> {
+        let capabilities: Value =
+            serde_json::from_str(&key.capabilities).unwrap_or_else(|_| json!({}));
+        let request = json!({
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": transport.upstream.protocol_version,
+                "capabilities": capabilities,
+                "clientInfo": {"name": "sessionless", "version": env!("CARGO_PKG_VERSION")},
+            }
+        });
+        let (reply, session_id) = transport
+            .post(&SessionWire::default(), &request)
+            .await
+            .map_err(InitError::Post)?;
+        let response = match reply {
+            Reply::Json(v) => v,
+            Reply::Stream(mut s) => loop {
+                match s.next().await {
+                    Ok(v) if v.get("id") == Some(&json!(0)) => break v,
+                    Ok(_) => continue,
+                    Err(_) => return Err(InitError::Refused("stream ended")),
+                }
+            },
+            Reply::Accepted => return Err(InitError::Refused("202 to initialize")),
+        };
+        let Some(result) = response.get("result").filter(|r| r.is_object()) else {
+            return Err(InitError::Refused("initialize failed"));
+        };
+        let version = result
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .filter(|v| LEGACY_VERSIONS.contains(v))
+            .ok_or(InitError::Refused("unsupported protocol version"))?
+            .to_string();
+        let wire = SessionWire {
+            id: session_id,
+            version: Some(version),
+        };
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        match transport.post(&wire, &initialized).await {
+            Ok(_) => {}
+            Err(e) => return Err(InitError::Post(e)),
+        }
+        Ok(Session {
+            key,
+            transport: transport.clone(),
+            wire,
+            init: Arc::new(result.clone()),
+            next_id: AtomicU64::new(1),
+            last_used: AtomicU64::new(now_ms),
+        })
+    }
+}
+
+/// The legacy capabilities to declare for a modern request's capabilities:
+/// `elicitation` and `sampling` as declared, `roots` without `listChanged`
+/// (the gateway cannot send that notification). Canonical JSON.
+pub fn legacy_capabilities(modern: &Map<String, Value>) -> String {
+    let mut caps = Map::new();
+    if let Some(e) = modern.get("elicitation").filter(|v| v.is_object()) {
+        caps.insert("elicitation".into(), e.clone());
+    }
+    if let Some(s) = modern.get("sampling").filter(|v| v.is_object()) {
+        caps.insert("sampling".into(), s.clone());
+    }
+    if modern.get("roots").is_some_and(|v| v.is_object()) {
+        caps.insert("roots".into(), json!({}));
+    }
+    // serde_json's Map is ordered by key (no preserve_order feature): canonical.
+    Value::Object(caps).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capabilities_are_canonical_and_drop_list_changed() {
+        let a: Map<String, Value> = serde_json::from_value(
+            json!({"sampling": {}, "roots": {"listChanged": true}, "elicitation": {"form": {}}}),
+        )
+        .unwrap();
+        let b: Map<String, Value> = serde_json::from_value(
+            json!({"roots": {}, "elicitation": {"form": {}}, "sampling": {}, "extensions": {}}),
+        )
+        .unwrap();
+        assert_eq!(legacy_capabilities(&a), legacy_capabilities(&b));
+        assert_eq!(
+            legacy_capabilities(&a),
+            r#"{"elicitation":{"form":{}},"roots":{},"sampling":{}}"#
+        );
+        assert_eq!(legacy_capabilities(&Map::new()), "{}");
+    }
+}

@@ -1,0 +1,135 @@
+//! Legacy → modern shapes: results gain `resultType`, `serverInfo` and cache
+//! fields; legacy error codes are mapped; capabilities lose legacy-only parts.
+
+use serde_json::{json, Map, Value};
+
+use crate::config::Route;
+use crate::error::{code, Error};
+use crate::front::Method;
+
+pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+/// Shapes a legacy result for a modern client.
+pub fn result(
+    method: Method,
+    route: &Route,
+    init: &Value,
+    mut result: Map<String, Value>,
+) -> Map<String, Value> {
+    result.insert("resultType".into(), json!("complete"));
+    let meta = result.entry("_meta").or_insert_with(|| json!({}));
+    if let (Value::Object(meta), Some(info)) = (meta, init.get("serverInfo")) {
+        meta.insert(SERVER_INFO.into(), info.clone());
+    }
+    if method.cacheable() {
+        result.entry("ttlMs").or_insert_with(|| json!(route.ttl_ms));
+        result
+            .entry("cacheScope")
+            .or_insert_with(|| json!(route.cache_scope.as_str()));
+    }
+    result
+}
+
+/// A legacy JSON-RPC error object as a gateway error (codes mapped).
+pub fn error(err: &Value) -> Error {
+    let upstream_code = err
+        .get("code")
+        .and_then(Value::as_i64)
+        .unwrap_or(code::INTERNAL_ERROR);
+    let code = match upstream_code {
+        code::LEGACY_RESOURCE_NOT_FOUND => code::INVALID_PARAMS,
+        // The spec reserves -32020..-32099; never pass an undefined one through.
+        c if (-32099..=-32020).contains(&c) => code::INTERNAL_ERROR,
+        c => c,
+    };
+    let message = err
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or("Upstream error")
+        .chars()
+        .take(1024)
+        .collect();
+    Error::Upstream {
+        code,
+        message,
+        data: err.get("data").cloned(),
+    }
+}
+
+/// Server capabilities for `server/discover`: legacy-only entries removed.
+pub fn capabilities(init: &Value) -> Value {
+    let mut caps = init
+        .get("capabilities")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    caps.remove("tasks");
+    if let Some(Value::Object(exp)) = caps.get_mut("experimental") {
+        exp.remove("tasks");
+        if exp.is_empty() {
+            caps.remove("experimental");
+        }
+    }
+    Value::Object(caps)
+}
+
+/// The `server/discover` result built from a cached `InitializeResult`.
+pub fn discover(route: &Route, init: &Value, supported: &[&str]) -> Map<String, Value> {
+    let mut out = Map::new();
+    out.insert("supportedVersions".into(), json!(supported));
+    out.insert("capabilities".into(), capabilities(init));
+    if let Some(i) = init.get("instructions").filter(|i| i.is_string()) {
+        out.insert("instructions".into(), i.clone());
+    }
+    result(Method::Discover, route, init, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{CacheScope, Config};
+
+    fn route() -> Route {
+        let c = Config::single("http://127.0.0.1:1/mcp", "127.0.0.1:0".parse().unwrap()).unwrap();
+        let mut r = (*c.routes[0]).clone();
+        r.cache_scope = CacheScope::Private;
+        r
+    }
+
+    #[test]
+    fn results_gain_modern_fields() {
+        let init = json!({"serverInfo": {"name": "up", "version": "1"}});
+        let r = result(
+            Method::ToolsList,
+            &route(),
+            &init,
+            serde_json::from_value(json!({"tools": []})).unwrap(),
+        );
+        assert_eq!(r["resultType"], "complete");
+        assert_eq!(r["ttlMs"], 0);
+        assert_eq!(r["cacheScope"], "private");
+        assert_eq!(r["_meta"][SERVER_INFO]["name"], "up");
+        let r = result(Method::ToolsCall, &route(), &init, Map::new());
+        assert!(!r.contains_key("ttlMs"));
+    }
+
+    #[test]
+    fn legacy_codes_are_mapped() {
+        let e = error(&json!({"code": -32002, "message": "Resource not found"}));
+        assert_eq!(e.rpc_error(&[])["code"], -32602);
+        let e = error(&json!({"code": -32601, "message": "nope"}));
+        assert_eq!(e.status(), 404);
+        let e = error(&json!({"code": -32042, "message": "url elicitation"}));
+        assert_eq!(e.rpc_error(&[])["code"], -32603);
+    }
+
+    #[test]
+    fn discover_drops_legacy_only_capabilities() {
+        let init = json!({"capabilities": {"tools": {}, "tasks": {}, "experimental": {"tasks": {}}},
+            "instructions": "hi", "serverInfo": {"name": "up", "version": "1"}});
+        let d = discover(&route(), &init, &["2026-07-28"]);
+        assert_eq!(d["capabilities"], json!({"tools": {}}));
+        assert_eq!(d["instructions"], "hi");
+        assert_eq!(d["supportedVersions"][0], "2026-07-28");
+    }
+}

@@ -1,0 +1,370 @@
+//! Configuration: the routing file (TOML) validated into a fully-defaulted
+//! runtime table, or the same table built from `--upstream`.
+
+mod raw;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use http::Uri;
+
+pub use raw::RawConfig;
+
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+pub const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub allowed_origins: Vec<String>,
+    /// `None`: any Host is accepted.
+    pub allowed_hosts: Option<Vec<String>>,
+    pub drain_timeout: Duration,
+    pub keepalive_interval: Duration,
+    pub routes: Vec<Arc<Route>>,
+    pub pool: PoolConfig,
+    pub limits: Limits,
+    pub keys: Vec<SealKey>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    pub name: String,
+    pub url: Uri,
+    pub protocol_version: String,
+    pub connect_timeout: Duration,
+    pub response_timeout: Duration,
+    pub call_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheScope {
+    Private,
+    Public,
+}
+
+impl CacheScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheScope::Private => "private",
+            CacheScope::Public => "public",
+        }
+    }
+}
+
+/// A resolved route: passed down the request path instead of config look-ups.
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub path: String,
+    pub upstream: Upstream,
+    pub ttl_ms: u64,
+    pub cache_scope: CacheScope,
+    pub discover_ttl: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    pub max_sessions: usize,
+    pub idle_timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_body_bytes: usize,
+    pub max_upstream_response_bytes: usize,
+    pub max_concurrent_requests: usize,
+    pub max_listen_streams: usize,
+}
+
+/// A sealing key; its bytes never appear in `Debug`.
+#[derive(Clone)]
+pub struct SealKey {
+    pub id: String,
+    pub bytes: [u8; 32],
+}
+
+impl std::fmt::Debug for SealKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SealKey({}, <redacted>)", self.id)
+    }
+}
+
+impl Config {
+    /// The configuration of `sessionless --upstream URL`: one route `/mcp`.
+    pub fn single(upstream: &str, listen: SocketAddr) -> Result<Config, ConfigError> {
+        let raw = RawConfig {
+            server: raw::RawServer {
+                listen: Some(listen.to_string()),
+                ..Default::default()
+            },
+            upstreams: vec![raw::RawUpstream {
+                name: "default".into(),
+                url: upstream.into(),
+                protocol_version: None,
+                connect_timeout_ms: None,
+                response_timeout_ms: None,
+                call_timeout_ms: None,
+                headers: None,
+            }],
+            routes: vec![raw::RawRoute {
+                path: "/mcp".into(),
+                upstream: "default".into(),
+                ttl_ms: None,
+                cache_scope: None,
+                continuity: None,
+                host: None,
+                tool_prefix: None,
+                discover_ttl_ms: None,
+            }],
+            ..Default::default()
+        };
+        validate(raw, "")
+    }
+
+    /// Reads and validates a routing file; errors name the file and line.
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError(format!("{}: {e}", path.display())))?;
+        Config::from_toml(&text).map_err(|e| ConfigError(format!("{}: {}", path.display(), e.0)))
+    }
+
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError(e.to_string()))?;
+        validate(raw, text)
+    }
+
+    pub fn route_for(&self, path: &str) -> Option<&Arc<Route>> {
+        self.routes.iter().find(|r| r.path == path)
+    }
+}
+
+fn ms(v: Option<u64>, default: u64) -> Duration {
+    Duration::from_millis(v.unwrap_or(default))
+}
+
+/// "line N: " for the first line of `text` containing `needle`, to point at a bad key.
+fn at(text: &str, needle: &str) -> String {
+    text.lines()
+        .position(|l| l.contains(needle))
+        .map(|n| format!("line {}: ", n + 1))
+        .unwrap_or_default()
+}
+
+fn not_yet(text: &str, key: &str) -> ConfigError {
+    ConfigError(format!(
+        "{}`{key}` is not supported yet",
+        at(text, key.rsplit('.').next().unwrap_or(key))
+    ))
+}
+
+fn validate(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
+    if raw.cluster.is_some() {
+        return Err(not_yet(text, "cluster"));
+    }
+    if raw.auth.is_some() {
+        return Err(not_yet(text, "auth"));
+    }
+    if raw.server.internal_listen.is_some() {
+        return Err(not_yet(text, "server.internal_listen"));
+    }
+    if raw.limits.max_parked_flows.is_some() {
+        return Err(not_yet(text, "limits.max_parked_flows"));
+    }
+    if raw.limits.parked_flow_ttl_ms.is_some() {
+        return Err(not_yet(text, "limits.parked_flow_ttl_ms"));
+    }
+    let listen_text = raw.server.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+    let listen: SocketAddr = listen_text.parse().map_err(|_| {
+        ConfigError(format!(
+            "{}invalid listen address `{listen_text}`",
+            at(text, "listen")
+        ))
+    })?;
+    let upstreams = raw
+        .upstreams
+        .iter()
+        .map(|u| upstream(u, text))
+        .collect::<Result<Vec<_>, _>>()?;
+    if raw.routes.is_empty() {
+        return Err(ConfigError("no routes: add a [[routes]] table".into()));
+    }
+    let mut routes = Vec::new();
+    for r in &raw.routes {
+        routes.push(Arc::new(route(r, &upstreams, text)?));
+    }
+    for (i, r) in routes.iter().enumerate() {
+        if routes[..i].iter().any(|o| o.path == r.path) {
+            return Err(ConfigError(format!(
+                "{}duplicate route path `{}`",
+                at(text, &r.path),
+                r.path
+            )));
+        }
+    }
+    let allowed_hosts = match raw.server.allowed_hosts {
+        Some(h) => Some(h),
+        None if listen.ip().is_loopback() => Some(
+            ["localhost", "127.0.0.1", "[::1]"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+        ),
+        None => None,
+    };
+    Ok(Config {
+        listen,
+        allowed_origins: raw.server.allowed_origins.unwrap_or_default(),
+        allowed_hosts,
+        drain_timeout: ms(raw.server.drain_timeout_ms, 10_000),
+        keepalive_interval: ms(raw.server.keepalive_interval_ms, 15_000),
+        routes,
+        pool: PoolConfig {
+            max_sessions: raw.pool.max_sessions.unwrap_or(1024).max(1),
+            idle_timeout: ms(raw.pool.idle_timeout_ms, 300_000),
+        },
+        limits: Limits {
+            max_body_bytes: raw.limits.max_body_bytes.unwrap_or(4 << 20),
+            max_upstream_response_bytes: raw.limits.max_upstream_response_bytes.unwrap_or(16 << 20),
+            max_concurrent_requests: raw.limits.max_concurrent_requests.unwrap_or(4096),
+            max_listen_streams: raw.limits.max_listen_streams.unwrap_or(256),
+        },
+        keys: raw
+            .keys
+            .iter()
+            .map(|k| load_key(k, text))
+            .collect::<Result<_, _>>()?,
+    })
+}
+
+fn upstream(u: &raw::RawUpstream, text: &str) -> Result<Upstream, ConfigError> {
+    if u.headers.is_some() {
+        return Err(not_yet(text, "upstreams.headers"));
+    }
+    let url: Uri = u.url.parse().map_err(|_| {
+        ConfigError(format!(
+            "{}invalid upstream url `{}`",
+            at(text, &u.url),
+            u.url
+        ))
+    })?;
+    if !matches!(url.scheme_str(), Some("http" | "https")) || url.host().is_none() {
+        return Err(ConfigError(format!(
+            "{}upstream url `{}` must be http:// or https:// with a host",
+            at(text, &u.url),
+            u.url
+        )));
+    }
+    let protocol_version = u
+        .protocol_version
+        .clone()
+        .unwrap_or_else(|| LEGACY_VERSIONS[0].into());
+    if !LEGACY_VERSIONS.contains(&protocol_version.as_str()) {
+        return Err(ConfigError(format!(
+            "{}upstream protocol_version must be one of {LEGACY_VERSIONS:?}",
+            at(text, "protocol_version")
+        )));
+    }
+    Ok(Upstream {
+        name: u.name.clone(),
+        url,
+        protocol_version,
+        connect_timeout: ms(u.connect_timeout_ms, 5_000),
+        response_timeout: ms(u.response_timeout_ms, 30_000),
+        call_timeout: ms(u.call_timeout_ms, 600_000),
+    })
+}
+
+fn route(r: &raw::RawRoute, upstreams: &[Upstream], text: &str) -> Result<Route, ConfigError> {
+    if r.host.is_some() {
+        return Err(not_yet(text, "routes.host"));
+    }
+    if r.tool_prefix.is_some() {
+        return Err(not_yet(text, "routes.tool_prefix"));
+    }
+    match r.continuity.as_deref() {
+        None | Some("park") => {}
+        Some("replay") => return Err(not_yet(text, "routes.continuity")),
+        Some(other) => {
+            return Err(ConfigError(format!(
+                "{}continuity must be \"park\" or \"replay\", not `{other}`",
+                at(text, "continuity")
+            )))
+        }
+    }
+    if !r.path.starts_with('/') || matches!(r.path.as_str(), "/metrics" | "/healthz" | "/readyz") {
+        return Err(ConfigError(format!(
+            "{}invalid route path `{}`",
+            at(text, &r.path),
+            r.path
+        )));
+    }
+    let upstream = upstreams
+        .iter()
+        .find(|u| u.name == r.upstream)
+        .ok_or_else(|| {
+            ConfigError(format!(
+                "{}unknown upstream `{}`",
+                at(text, &r.upstream),
+                r.upstream
+            ))
+        })?;
+    let cache_scope = match r.cache_scope.as_deref() {
+        None | Some("private") => CacheScope::Private,
+        Some("public") => CacheScope::Public,
+        Some(other) => {
+            return Err(ConfigError(format!(
+                "{}cache_scope must be \"private\" or \"public\", not `{other}`",
+                at(text, "cache_scope")
+            )))
+        }
+    };
+    Ok(Route {
+        path: r.path.clone(),
+        upstream: upstream.clone(),
+        ttl_ms: r.ttl_ms.unwrap_or(0),
+        cache_scope,
+        discover_ttl: ms(r.discover_ttl_ms, 60_000),
+    })
+}
+
+fn load_key(k: &raw::RawKey, text: &str) -> Result<SealKey, ConfigError> {
+    let where_ = at(text, &k.id);
+    let encoded = match (&k.env, &k.file) {
+        (Some(var), None) => std::env::var(var).map_err(|_| {
+            ConfigError(format!(
+                "{where_}key `{}`: environment variable {var} is not set",
+                k.id
+            ))
+        })?,
+        (None, Some(file)) => std::fs::read_to_string(file)
+            .map_err(|e| ConfigError(format!("{where_}key `{}`: cannot read {file}: {e}", k.id)))?,
+        _ => return Err(ConfigError(format!(
+            "{where_}key `{}` needs exactly one of `env` or `file` (keys never sit in this file)",
+            k.id
+        ))),
+    };
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(encoded.trim().trim_end_matches('='))
+        .ok()
+        .and_then(|b| <[u8; 32]>::try_from(b).ok())
+        .ok_or_else(|| {
+            ConfigError(format!(
+                "{where_}key `{}` must be 32 bytes, base64url",
+                k.id
+            ))
+        })?;
+    Ok(SealKey {
+        id: k.id.clone(),
+        bytes,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,105 @@
+//! The routing file as written: serde structs that reject unknown keys.
+//! Validated into [`super::Config`] by `super::validate`.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    #[serde(default)]
+    pub server: RawServer,
+    #[serde(default)]
+    pub upstreams: Vec<RawUpstream>,
+    #[serde(default)]
+    pub routes: Vec<RawRoute>,
+    #[serde(default)]
+    pub pool: RawPool,
+    #[serde(default)]
+    pub limits: RawLimits,
+    #[serde(default)]
+    pub keys: Vec<RawKey>,
+    /// Cluster mode (replicas forwarding retries): not supported yet.
+    pub cluster: Option<toml::Value>,
+    /// Client authentication: not supported yet.
+    pub auth: Option<toml::Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServer {
+    pub listen: Option<String>,
+    /// Origins allowed in the `Origin` header besides loopback ones.
+    pub allowed_origins: Option<Vec<String>>,
+    /// Host header values allowed; default: loopback hosts when the listener is loopback, any otherwise.
+    pub allowed_hosts: Option<Vec<String>>,
+    pub drain_timeout_ms: Option<u64>,
+    pub keepalive_interval_ms: Option<u64>,
+    /// The internal listener of cluster mode: not supported yet.
+    pub internal_listen: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstream {
+    pub name: String,
+    pub url: String,
+    /// Legacy version offered at `initialize` (default 2025-11-25).
+    pub protocol_version: Option<String>,
+    pub connect_timeout_ms: Option<u64>,
+    /// Time allowed until the upstream starts answering a request.
+    pub response_timeout_ms: Option<u64>,
+    /// Time allowed for a whole call, stream included.
+    pub call_timeout_ms: Option<u64>,
+    /// Static headers sent upstream (e.g. an API key read from the environment): not supported yet.
+    pub headers: Option<BTreeMap<String, toml::Value>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoute {
+    /// The MCP endpoint path on the gateway, e.g. "/mcp".
+    pub path: String,
+    pub upstream: String,
+    /// `ttlMs` on cacheable results the upstream leaves unset (default 0).
+    pub ttl_ms: Option<u64>,
+    /// `cacheScope` on cacheable results ("private" by default, or "public").
+    pub cache_scope: Option<String>,
+    /// "park" (default) or "replay" (not supported yet).
+    pub continuity: Option<String>,
+    /// Route by Host header: not supported yet.
+    pub host: Option<String>,
+    /// Federation by tool-name prefix: not supported yet.
+    pub tool_prefix: Option<String>,
+    /// How long the gateway keeps a discover answer (default 60 s).
+    pub discover_ttl_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPool {
+    pub max_sessions: Option<usize>,
+    pub idle_timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    pub max_body_bytes: Option<usize>,
+    pub max_upstream_response_bytes: Option<usize>,
+    pub max_concurrent_requests: Option<usize>,
+    pub max_listen_streams: Option<usize>,
+    /// Parked MRTR flows: not supported yet.
+    pub max_parked_flows: Option<usize>,
+    pub parked_flow_ttl_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawKey {
+    pub id: String,
+    /// Environment variable holding the key (base64url, 32 bytes).
+    pub env: Option<String>,
+    /// File holding the key (base64url, 32 bytes).
+    pub file: Option<String>,
+}

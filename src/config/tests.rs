@@ -1,0 +1,70 @@
+use super::*;
+
+const GOOD: &str = r#"
+[server]
+listen = "127.0.0.1:9999"
+
+[[upstreams]]
+name = "a"
+url = "http://127.0.0.1:9000/mcp"
+
+[[routes]]
+path = "/mcp"
+upstream = "a"
+cache_scope = "public"
+"#;
+
+#[test]
+fn a_small_file_is_fully_defaulted() {
+    let c = Config::from_toml(GOOD).unwrap();
+    assert_eq!(c.listen.port(), 9999);
+    let r = c.route_for("/mcp").unwrap();
+    assert_eq!(r.cache_scope, CacheScope::Public);
+    assert_eq!(r.upstream.protocol_version, "2025-11-25");
+    assert_eq!(c.limits.max_body_bytes, 4 << 20);
+    assert!(c
+        .allowed_hosts
+        .as_ref()
+        .unwrap()
+        .contains(&"localhost".to_string()));
+}
+
+#[test]
+fn unknown_keys_are_rejected_with_a_line() {
+    let bad = GOOD.replace("cache_scope = \"public\"", "cache_scop = 1");
+    let err = Config::from_toml(&bad).unwrap_err().0;
+    assert!(err.contains("cache_scop"), "{err}");
+    assert!(err.contains("line"), "{err}");
+}
+
+#[test]
+fn later_features_are_not_supported_yet() {
+    let bad = format!("{GOOD}\n[cluster]\ninstance = \"a\"\n");
+    let err = Config::from_toml(&bad).unwrap_err().0;
+    assert!(err.contains("not supported yet"), "{err}");
+    let bad = GOOD.replace("cache_scope = \"public\"", "continuity = \"replay\"");
+    assert!(Config::from_toml(&bad)
+        .unwrap_err()
+        .0
+        .contains("not supported yet"));
+}
+
+#[test]
+fn semantic_errors_name_the_line() {
+    let bad = GOOD.replace("upstream = \"a\"", "upstream = \"zzz\"");
+    let err = Config::from_toml(&bad).unwrap_err().0;
+    assert!(err.starts_with("line 10:"), "{err}");
+    let bad = GOOD.replace("http://127", "ftp://127");
+    assert!(Config::from_toml(&bad).is_err());
+}
+
+#[test]
+fn keys_come_from_the_environment_never_inline() {
+    std::env::set_var("SESSIONLESS_TEST_KEY_1", "A".repeat(43));
+    let ok = format!("{GOOD}\n[[keys]]\nid = \"k1\"\nenv = \"SESSIONLESS_TEST_KEY_1\"\n");
+    let c = Config::from_toml(&ok).unwrap();
+    assert_eq!(c.keys[0].id, "k1");
+    assert!(!format!("{:?}", c.keys[0]).contains("AAAA"));
+    let inline = format!("{GOOD}\n[[keys]]\nid = \"k1\"\nvalue = \"abc\"\n");
+    assert!(Config::from_toml(&inline).is_err());
+}

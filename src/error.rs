@@ -1,0 +1,290 @@
+//! Every error the gateway can answer with, and the one function that turns an
+//! error into an HTTP status and a JSON-RPC error body (DESIGN.md §6).
+
+use http::StatusCode;
+use serde_json::{json, Value};
+
+/// JSON-RPC error codes used on the client-facing side.
+pub mod code {
+    pub const PARSE_ERROR: i64 = -32700;
+    pub const INVALID_REQUEST: i64 = -32600;
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const INVALID_PARAMS: i64 = -32602;
+    pub const INTERNAL_ERROR: i64 = -32603;
+    pub const HEADER_MISMATCH: i64 = -32020;
+    pub const MISSING_CAPABILITY: i64 = -32021;
+    pub const UNSUPPORTED_VERSION: i64 = -32022;
+    /// Legacy "resource not found"; mapped to -32602 on the way out.
+    pub const LEGACY_RESOURCE_NOT_FOUND: i64 = -32002;
+    /// Application code (outside the reserved -32768..-32000 range) for overload.
+    pub const OVERLOADED: i64 = -31000;
+}
+
+/// Who caused an error: feeds metrics and retry decisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Client,
+    Upstream,
+    Gateway,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    #[error("origin not allowed")]
+    OriginNotAllowed,
+    #[error("host not allowed")]
+    HostNotAllowed,
+    #[error("content type must be application/json")]
+    UnsupportedMediaType,
+    #[error("request body is larger than {0} bytes")]
+    PayloadTooLarge(usize),
+    #[error("parse error: the body is not valid JSON")]
+    Parse,
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    #[error("header mismatch: {0}")]
+    HeaderMismatch(String),
+    #[error("invalid params: {message}")]
+    InvalidParams {
+        message: String,
+        data: Option<Value>,
+    },
+    #[error("unsupported protocol version")]
+    UnsupportedVersion { requested: String },
+    #[error("method not found: {0}")]
+    MethodNotFound(String),
+    #[error("missing required client capability")]
+    MissingCapability(Value),
+    /// The upstream answered with a JSON-RPC error of its own (already id-mapped).
+    #[error("upstream error {code}: {message}")]
+    Upstream {
+        code: i64,
+        message: String,
+        data: Option<Value>,
+    },
+    #[error("upstream unreachable")]
+    UpstreamUnreachable,
+    #[error("upstream timed out")]
+    UpstreamTimeout,
+    #[error("upstream sent an invalid response: {0}")]
+    UpstreamInvalid(&'static str),
+    #[error("upstream response too large")]
+    UpstreamTooLarge,
+    #[error("upstream stream broke after the call was sent")]
+    OutcomeUnknown,
+    #[error("gateway overloaded")]
+    Overloaded,
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    pub fn invalid_params(message: impl Into<String>) -> Self {
+        Error::InvalidParams {
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    pub fn source(&self) -> Source {
+        use Error::*;
+        match self {
+            Upstream { .. }
+            | UpstreamUnreachable
+            | UpstreamTimeout
+            | UpstreamInvalid(_)
+            | UpstreamTooLarge
+            | OutcomeUnknown => Source::Upstream,
+            Overloaded | Internal(_) => Source::Gateway,
+            _ => Source::Client,
+        }
+    }
+
+    /// Whether the gateway may send the same request again on its own: only when
+    /// the upstream cannot have seen it.
+    pub fn retryable(&self) -> bool {
+        matches!(self, Error::UpstreamUnreachable)
+    }
+
+    /// A short, bounded label for metrics.
+    pub fn reason(&self) -> &'static str {
+        use Error::*;
+        match self {
+            MethodNotAllowed => "method_not_allowed",
+            OriginNotAllowed => "origin_not_allowed",
+            HostNotAllowed => "host_not_allowed",
+            UnsupportedMediaType => "unsupported_media_type",
+            PayloadTooLarge(_) => "payload_too_large",
+            Parse => "parse_error",
+            InvalidRequest(_) => "invalid_request",
+            HeaderMismatch(_) => "header_mismatch",
+            InvalidParams { .. } => "invalid_params",
+            UnsupportedVersion { .. } => "unsupported_version",
+            MethodNotFound(_) => "method_not_found",
+            MissingCapability(_) => "missing_capability",
+            Upstream { .. } => "upstream_error",
+            UpstreamUnreachable => "upstream_unreachable",
+            UpstreamTimeout => "upstream_timeout",
+            UpstreamInvalid(_) => "upstream_invalid",
+            UpstreamTooLarge => "upstream_too_large",
+            OutcomeUnknown => "outcome_unknown",
+            Overloaded => "overloaded",
+            Internal(_) => "internal",
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        use Error::*;
+        match self {
+            MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            OriginNotAllowed | HostNotAllowed => StatusCode::FORBIDDEN,
+            UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Parse | InvalidRequest(_) | HeaderMismatch(_) | InvalidParams { .. } => {
+                StatusCode::BAD_REQUEST
+            }
+            UnsupportedVersion { .. } | MissingCapability(_) => StatusCode::BAD_REQUEST,
+            MethodNotFound(_) => StatusCode::NOT_FOUND,
+            Upstream { code, .. } if *code == code::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
+            Upstream { .. } => StatusCode::OK,
+            UpstreamUnreachable | UpstreamInvalid(_) | UpstreamTooLarge | OutcomeUnknown => {
+                StatusCode::BAD_GATEWAY
+            }
+            UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+            Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The JSON-RPC `error` object. Upstream internals never appear here: only
+    /// the upstream's own JSON-RPC error (a protocol answer) is passed on.
+    pub fn rpc_error(&self, supported_versions: &[&str]) -> Value {
+        use Error::*;
+        let (code, message, data): (i64, String, Option<Value>) = match self {
+            MethodNotAllowed | OriginNotAllowed | HostNotAllowed | UnsupportedMediaType => {
+                (code::INVALID_REQUEST, self.to_string(), None)
+            }
+            PayloadTooLarge(_) => (code::INVALID_REQUEST, self.to_string(), None),
+            Parse => (code::PARSE_ERROR, "Parse error".into(), None),
+            InvalidRequest(m) => (code::INVALID_REQUEST, format!("Invalid request: {m}"), None),
+            HeaderMismatch(m) => (code::HEADER_MISMATCH, format!("Header mismatch: {m}"), None),
+            InvalidParams { message, data } => (
+                code::INVALID_PARAMS,
+                format!("Invalid params: {message}"),
+                data.clone(),
+            ),
+            UnsupportedVersion { requested } => (
+                code::UNSUPPORTED_VERSION,
+                "Unsupported protocol version".into(),
+                Some(json!({"supported": supported_versions, "requested": requested})),
+            ),
+            MethodNotFound(m) => (
+                code::METHOD_NOT_FOUND,
+                format!("Method not found: {m}"),
+                None,
+            ),
+            MissingCapability(caps) => (
+                code::MISSING_CAPABILITY,
+                "Missing required client capability".into(),
+                Some(json!({"requiredCapabilities": caps})),
+            ),
+            Upstream {
+                code,
+                message,
+                data,
+            } => (*code, message.clone(), data.clone()),
+            UpstreamUnreachable | UpstreamTimeout | UpstreamInvalid(_) | UpstreamTooLarge
+            | OutcomeUnknown => (
+                code::INTERNAL_ERROR,
+                upstream_message(self).into(),
+                Some(json!({"reason": self.reason()})),
+            ),
+            Overloaded => (
+                code::OVERLOADED,
+                "Gateway overloaded, retry later".into(),
+                Some(json!({"reason": "overloaded"})),
+            ),
+            Internal(_) => (code::INTERNAL_ERROR, "Internal error".into(), None),
+        };
+        let mut err = json!({"code": code, "message": message});
+        if let Some(data) = data {
+            err["data"] = data;
+        }
+        err
+    }
+}
+
+fn upstream_message(err: &Error) -> &'static str {
+    match err {
+        Error::UpstreamUnreachable => "Upstream server unreachable",
+        Error::UpstreamTimeout => "Upstream server timed out",
+        Error::UpstreamTooLarge => "Upstream response too large",
+        Error::OutcomeUnknown => {
+            "Upstream stream broke after the call was sent; its outcome is unknown"
+        }
+        _ => "Upstream server sent an invalid response",
+    }
+}
+
+/// The full JSON-RPC error response for `err`, echoing `id` (null when unknown).
+pub fn error_body(id: Option<&Value>, err: &Error, supported_versions: &[&str]) -> Value {
+    json!({
+        "jsonrpc": "2.0",
+        "id": id.cloned().unwrap_or(Value::Null),
+        "error": err.rpc_error(supported_versions),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_follow_the_design_table() {
+        assert_eq!(Error::MethodNotFound("ping".into()).status(), 404);
+        assert_eq!(Error::HeaderMismatch("x".into()).status(), 400);
+        assert_eq!(Error::UpstreamTimeout.status(), 504);
+        assert_eq!(Error::OutcomeUnknown.status(), 502);
+        let up = Error::Upstream {
+            code: -32601,
+            message: "nope".into(),
+            data: None,
+        };
+        assert_eq!(up.status(), 404);
+        let up = Error::Upstream {
+            code: -32602,
+            message: "bad".into(),
+            data: None,
+        };
+        assert_eq!(up.status(), 200);
+    }
+
+    #[test]
+    fn bodies_echo_the_id_and_hide_internals() {
+        let body = error_body(Some(&json!(7)), &Error::Internal("secret path".into()), &[]);
+        assert_eq!(body["id"], 7);
+        assert!(!body.to_string().contains("secret"));
+        let body = error_body(None, &Error::Parse, &[]);
+        assert!(body["id"].is_null());
+        assert_eq!(body["error"]["code"], -32700);
+    }
+
+    #[test]
+    fn unsupported_version_lists_what_is_supported() {
+        let err = Error::UnsupportedVersion {
+            requested: "1900-01-01".into(),
+        };
+        let body = error_body(Some(&json!("a")), &err, &["2026-07-28"]);
+        assert_eq!(body["error"]["data"]["supported"][0], "2026-07-28");
+        assert_eq!(body["error"]["data"]["requested"], "1900-01-01");
+    }
+
+    #[test]
+    fn upstream_failures_carry_a_reason() {
+        let body = error_body(Some(&json!(1)), &Error::OutcomeUnknown, &[]);
+        assert_eq!(body["error"]["data"]["reason"], "outcome_unknown");
+        assert_eq!(body["error"]["code"], -32603);
+    }
+}

@@ -1,0 +1,164 @@
+//! MCP request headers: reading them, decoding the `=?base64?…?=` form, and
+//! checking `Mcp-Param-*` headers against a tool's `x-mcp-header` properties.
+
+use base64::Engine;
+use http::HeaderMap;
+use serde_json::Value;
+
+use crate::error::Error;
+
+pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+pub const METHOD: &str = "mcp-method";
+pub const NAME: &str = "mcp-name";
+pub const SESSION_ID: &str = "mcp-session-id";
+pub const LAST_EVENT_ID: &str = "last-event-id";
+const PARAM_PREFIX: &str = "mcp-param-";
+
+/// A header's value as a string, trimmed of optional whitespace.
+/// `Ok(None)` when absent; an error when present but not visible ASCII.
+pub fn text<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h str>, Error> {
+    match headers.get(name) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .map(|s| Some(s.trim_matches([' ', '\t'])))
+            .map_err(|_| Error::HeaderMismatch(format!("{name} header has invalid characters"))),
+    }
+}
+
+/// Decodes a header value that may use the `=?base64?<b64>?=` sentinel form.
+/// Anything not exactly in that form (lowercase markers) is a literal value.
+pub fn decode_value(raw: &str) -> Result<String, Error> {
+    if let Some(inner) = raw
+        .strip_prefix("=?base64?")
+        .and_then(|rest| rest.strip_suffix("?="))
+    {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(inner)
+            .map_err(|_| Error::HeaderMismatch("invalid base64 in header value".into()))?;
+        return String::from_utf8(bytes)
+            .map_err(|_| Error::HeaderMismatch("base64 header value is not UTF-8".into()));
+    }
+    Ok(raw.to_string())
+}
+
+/// Checks one mirrored header against the body's value: missing or different → -32020.
+pub fn expect_mirror(headers: &HeaderMap, name: &str, body_value: &str) -> Result<(), Error> {
+    let Some(raw) = text(headers, name)? else {
+        return Err(Error::HeaderMismatch(format!("missing {name} header")));
+    };
+    let value = decode_value(raw)?;
+    if value != body_value {
+        return Err(Error::HeaderMismatch(format!(
+            "{name} header does not match the body"
+        )));
+    }
+    Ok(())
+}
+
+/// The `x-mcp-header` annotations of a tool's input schema: (header name, property).
+/// Only top-level primitive properties qualify.
+pub fn param_headers(input_schema: &Value) -> Vec<(String, String)> {
+    let Some(props) = input_schema.get("properties").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    props
+        .iter()
+        .filter_map(|(prop, schema)| {
+            let header = schema.get("x-mcp-header")?.as_str()?;
+            Some((header.to_ascii_lowercase(), prop.clone()))
+        })
+        .collect()
+}
+
+/// Validates `Mcp-Param-*` headers for a `tools/call` against the tool's annotated
+/// properties: a present, non-null argument needs its header with the same value.
+pub fn check_param_headers(
+    headers: &HeaderMap,
+    annotated: &[(String, String)],
+    arguments: Option<&Value>,
+) -> Result<(), Error> {
+    for (header, prop) in annotated {
+        let name = format!("{PARAM_PREFIX}{header}");
+        let arg = arguments.and_then(|a| a.get(prop)).filter(|v| !v.is_null());
+        let raw = text(headers, &name)?;
+        match (arg, raw) {
+            (None, _) => continue,
+            (Some(_), None) => {
+                return Err(Error::HeaderMismatch(format!(
+                    "missing Mcp-Param-{header} header"
+                )))
+            }
+            (Some(value), Some(raw)) => {
+                if !param_matches(value, &decode_value(raw)?) {
+                    return Err(Error::HeaderMismatch(format!(
+                        "Mcp-Param-{header} header does not match the body"
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn param_matches(value: &Value, header: &str) -> bool {
+    match value {
+        Value::String(s) => s == header,
+        Value::Bool(b) => header == if *b { "true" } else { "false" },
+        Value::Number(n) => match (n.as_i64(), header.parse::<i64>()) {
+            (Some(a), Ok(b)) => a == b,
+            _ => n.to_string() == header,
+        },
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn map(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn base64_sentinel_is_decoded_and_lookalikes_are_literal() {
+        assert_eq!(decode_value("=?base64?5pel5pys?=").unwrap(), "日本");
+        assert_eq!(decode_value("=?BASE64?abc?=").unwrap(), "=?BASE64?abc?=");
+        assert_eq!(decode_value("plain").unwrap(), "plain");
+        assert!(decode_value("=?base64?!!!?=").is_err());
+    }
+
+    #[test]
+    fn mirrors_are_trimmed_and_case_sensitive() {
+        let h = map(&[("mcp-name", "  get_weather ")]);
+        assert!(expect_mirror(&h, NAME, "get_weather").is_ok());
+        let h = map(&[("mcp-method", "TOOLS/CALL")]);
+        assert!(expect_mirror(&h, METHOD, "tools/call").is_err());
+        assert!(expect_mirror(&HeaderMap::new(), METHOD, "tools/call").is_err());
+    }
+
+    #[test]
+    fn param_headers_follow_the_tool_schema() {
+        let schema = json!({"properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"},
+            "count": {"type": "integer", "x-mcp-header": "Count"},
+            "plain": {"type": "string"}}});
+        let ann = param_headers(&schema);
+        assert_eq!(ann.len(), 2);
+        let args = json!({"region": "eu", "count": 3});
+        let ok = map(&[("mcp-param-region", "eu"), ("mcp-param-count", "3")]);
+        assert!(check_param_headers(&ok, &ann, Some(&args)).is_ok());
+        let missing = map(&[("mcp-param-region", "eu")]);
+        assert!(check_param_headers(&missing, &ann, Some(&args)).is_err());
+        let wrong = map(&[("mcp-param-region", "us"), ("mcp-param-count", "3")]);
+        assert!(check_param_headers(&wrong, &ann, Some(&args)).is_err());
+        let absent = json!({"region": null});
+        assert!(check_param_headers(&HeaderMap::new(), &ann, Some(&absent)).is_ok());
+    }
+}

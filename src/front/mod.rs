@@ -1,0 +1,256 @@
+//! The front door: reads one client message, decides its generation, checks the
+//! MCP headers against the body, checks `_meta`, the version and the method, and
+//! yields a typed [`Call`] (or a notification to acknowledge).
+
+pub mod headers;
+mod meta;
+
+use http::HeaderMap;
+use serde_json::{Map, Value};
+
+use crate::error::Error;
+pub use meta::{LogLevel, Meta};
+
+/// The protocol revision this front door speaks.
+pub const MODERN_VERSION: &str = "2026-07-28";
+/// Versions a client may request, newest first.
+pub const SUPPORTED_VERSIONS: &[&str] = &[MODERN_VERSION];
+
+/// The 2026-07-28 client requests the gateway serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Method {
+    Discover,
+    ToolsList,
+    ToolsCall,
+    PromptsList,
+    PromptsGet,
+    ResourcesList,
+    ResourcesTemplatesList,
+    ResourcesRead,
+    CompletionComplete,
+    SubscriptionsListen,
+}
+
+impl Method {
+    pub fn parse(name: &str) -> Option<Method> {
+        Some(match name {
+            "server/discover" => Method::Discover,
+            "tools/list" => Method::ToolsList,
+            "tools/call" => Method::ToolsCall,
+            "prompts/list" => Method::PromptsList,
+            "prompts/get" => Method::PromptsGet,
+            "resources/list" => Method::ResourcesList,
+            "resources/templates/list" => Method::ResourcesTemplatesList,
+            "resources/read" => Method::ResourcesRead,
+            "completion/complete" => Method::CompletionComplete,
+            "subscriptions/listen" => Method::SubscriptionsListen,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Discover => "server/discover",
+            Method::ToolsList => "tools/list",
+            Method::ToolsCall => "tools/call",
+            Method::PromptsList => "prompts/list",
+            Method::PromptsGet => "prompts/get",
+            Method::ResourcesList => "resources/list",
+            Method::ResourcesTemplatesList => "resources/templates/list",
+            Method::ResourcesRead => "resources/read",
+            Method::CompletionComplete => "completion/complete",
+            Method::SubscriptionsListen => "subscriptions/listen",
+        }
+    }
+
+    /// The params key mirrored in `Mcp-Name`, if any.
+    fn name_key(self) -> Option<&'static str> {
+        match self {
+            Method::ToolsCall | Method::PromptsGet => Some("name"),
+            Method::ResourcesRead => Some("uri"),
+            _ => None,
+        }
+    }
+
+    /// Results that must carry `ttlMs` and `cacheScope`.
+    pub fn cacheable(self) -> bool {
+        matches!(
+            self,
+            Method::Discover
+                | Method::ToolsList
+                | Method::PromptsList
+                | Method::ResourcesList
+                | Method::ResourcesTemplatesList
+                | Method::ResourcesRead
+        )
+    }
+}
+
+/// One validated modern request.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub id: Value,
+    pub method: Method,
+    /// The request params with `_meta` taken out.
+    pub params: Map<String, Value>,
+    pub meta: Meta,
+    /// `params.name` or `params.uri`, for methods that mirror it in `Mcp-Name`.
+    pub name: Option<String>,
+}
+
+/// What the front door made of a message.
+#[derive(Debug)]
+pub enum Message {
+    Call(Box<Call>),
+    /// A notification: acknowledged with 202, nothing forwarded.
+    Notification,
+}
+
+/// A rejected message: the error and the request id, when it could be read.
+#[derive(Debug)]
+pub struct Rejection {
+    pub id: Option<Value>,
+    pub error: Error,
+}
+
+fn reject(id: &Option<Value>, error: Error) -> Rejection {
+    Rejection {
+        id: id.clone(),
+        error,
+    }
+}
+
+/// Counts the stale legacy headers a modern request carried (they are never
+/// forwarded upstream nor echoed; the count feeds a metric).
+pub fn stale_headers(headers: &HeaderMap) -> u64 {
+    [headers::SESSION_ID, headers::LAST_EVENT_ID]
+        .iter()
+        .filter(|h| headers.contains_key(**h))
+        .count() as u64
+}
+
+/// Parses and validates one POST body with its headers.
+pub fn parse(headers: &HeaderMap, body: &[u8]) -> Result<Message, Rejection> {
+    let value: Value = serde_json::from_slice(body).map_err(|_| reject(&None, Error::Parse))?;
+    let Value::Object(mut obj) = value else {
+        let what = if value.is_array() {
+            "batching is not supported"
+        } else {
+            "not an object"
+        };
+        return Err(reject(&None, Error::InvalidRequest(what.into())));
+    };
+    let id = match obj.remove("id") {
+        None => None,
+        Some(id @ (Value::String(_) | Value::Number(_))) => Some(id),
+        Some(_) => return Err(reject(&None, Error::InvalidRequest("invalid id".into()))),
+    };
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(reject(
+            &id,
+            Error::InvalidRequest("jsonrpc must be \"2.0\"".into()),
+        ));
+    }
+    let Some(Value::String(method)) = obj.remove("method") else {
+        let what = if obj.contains_key("result") || obj.contains_key("error") {
+            "clients must not send responses"
+        } else {
+            "missing method"
+        };
+        return Err(reject(&id, Error::InvalidRequest(what.into())));
+    };
+    let params = match obj.remove("params") {
+        None => Map::new(),
+        Some(Value::Object(p)) => p,
+        Some(_) => {
+            return Err(reject(
+                &id,
+                Error::invalid_params("params must be an object"),
+            ))
+        }
+    };
+    let Some(id) = id else {
+        return Ok(Message::Notification);
+    };
+    let id = Some(id);
+    validate(headers, id, &method, params)
+}
+
+fn validate(
+    headers: &HeaderMap,
+    id: Option<Value>,
+    method: &str,
+    mut params: Map<String, Value>,
+) -> Result<Message, Rejection> {
+    let meta_obj = match params.remove("_meta") {
+        None => Map::new(),
+        Some(Value::Object(m)) => m,
+        Some(_) => {
+            return Err(reject(
+                &id,
+                Error::invalid_params("_meta must be an object"),
+            ))
+        }
+    };
+    let header_version =
+        headers::text(headers, headers::PROTOCOL_VERSION).map_err(|e| reject(&id, e))?;
+    if header_version.is_none() && !meta_obj.contains_key(meta::PROTOCOL_VERSION) {
+        // No modern marker at all: a legacy client. Tell it what we speak.
+        if method == "initialize" {
+            let requested = params
+                .get("protocolVersion")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            return Err(reject(&id, Error::UnsupportedVersion { requested }));
+        }
+        return Err(reject(
+            &id,
+            Error::HeaderMismatch("missing MCP-Protocol-Version header".into()),
+        ));
+    }
+    let meta = Meta::from_object(meta_obj).map_err(|e| reject(&id, e))?;
+    let Some(header_version) = header_version else {
+        return Err(reject(
+            &id,
+            Error::HeaderMismatch("missing MCP-Protocol-Version header".into()),
+        ));
+    };
+    if header_version != meta.protocol_version {
+        return Err(reject(
+            &id,
+            Error::HeaderMismatch("MCP-Protocol-Version header does not match _meta".into()),
+        ));
+    }
+    if !SUPPORTED_VERSIONS.contains(&header_version) {
+        let requested = header_version.to_string();
+        return Err(reject(&id, Error::UnsupportedVersion { requested }));
+    }
+    headers::expect_mirror(headers, headers::METHOD, method).map_err(|e| reject(&id, e))?;
+    let Some(method) = Method::parse(method) else {
+        return Err(reject(&id, Error::MethodNotFound(method.to_string())));
+    };
+    let name = match method.name_key() {
+        None => None,
+        Some(key) => {
+            let Some(name) = params.get(key).and_then(Value::as_str) else {
+                return Err(reject(
+                    &id,
+                    Error::invalid_params(format!("missing params.{key}")),
+                ));
+            };
+            headers::expect_mirror(headers, headers::NAME, name).map_err(|e| reject(&id, e))?;
+            Some(name.to_string())
+        }
+    };
+    Ok(Message::Call(Box::new(Call {
+        id: id.expect("requests have ids"),
+        method,
+        params,
+        meta,
+        name,
+    })))
+}
+
+#[cfg(test)]
+mod tests;

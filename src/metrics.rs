@@ -1,0 +1,189 @@
+//! Prometheus metrics: one `Metrics` struct registered once into a registry
+//! that the gateway owns (no globals). Labels are bounded: route paths come
+//! from the config, methods from a fixed set, outcomes from error reasons.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// Request duration buckets, seconds: sub-millisecond proxying up to long tool calls.
+pub const DURATION_BUCKETS: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 120.0,
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub route: String,
+    pub method: String,
+    pub generation: &'static str,
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MethodLabels {
+    pub route: String,
+    pub method: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    pub route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamLabels {
+    pub route: String,
+    pub status: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub route: String,
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HeaderLabels {
+    pub header: &'static str,
+}
+
+type HistogramFamily = Family<MethodLabels, Histogram, fn() -> Histogram>;
+
+#[derive(Clone)]
+pub struct Metrics {
+    pub requests: Family<RequestLabels, Counter>,
+    pub request_duration: HistogramFamily,
+    pub upstream_requests: Family<UpstreamLabels, Counter>,
+    pub sessions_open: Family<RouteLabels, Gauge>,
+    pub sessions_initialized: Family<RouteLabels, Counter>,
+    pub sessions_expired: Family<RouteLabels, Counter>,
+    pub sessions_reinitialized: Family<RouteLabels, Counter>,
+    pub sessions_closed: Family<ReasonLabels, Counter>,
+    pub stale_headers_dropped: Family<HeaderLabels, Counter>,
+    pub upstream_requests_declined: Family<MethodLabels, Counter>,
+    pub upstream_cancellations: Family<RouteLabels, Counter>,
+    pub request_state_rejected: Family<ReasonLabels, Counter>,
+    pub listen_streams_open: Family<RouteLabels, Gauge>,
+}
+
+fn duration_histogram() -> Histogram {
+    Histogram::new(DURATION_BUCKETS.into_iter())
+}
+
+impl Metrics {
+    pub fn register(registry: &mut Registry) -> Metrics {
+        let m = Metrics {
+            requests: Family::default(),
+            request_duration: Family::new_with_constructor(duration_histogram),
+            upstream_requests: Family::default(),
+            sessions_open: Family::default(),
+            sessions_initialized: Family::default(),
+            sessions_expired: Family::default(),
+            sessions_reinitialized: Family::default(),
+            sessions_closed: Family::default(),
+            stale_headers_dropped: Family::default(),
+            upstream_requests_declined: Family::default(),
+            upstream_cancellations: Family::default(),
+            request_state_rejected: Family::default(),
+            listen_streams_open: Family::default(),
+        };
+        let r = registry.sub_registry_with_prefix("sessionless");
+        r.register(
+            "requests",
+            "Client requests by generation and outcome",
+            m.requests.clone(),
+        );
+        r.register(
+            "request_duration_seconds",
+            "Time from request to the last byte of the answer",
+            m.request_duration.clone(),
+        );
+        r.register(
+            "upstream_requests",
+            "HTTP requests sent upstream by status class",
+            m.upstream_requests.clone(),
+        );
+        r.register(
+            "upstream_sessions_open",
+            "Legacy upstream sessions held",
+            m.sessions_open.clone(),
+        );
+        r.register(
+            "upstream_sessions_initialized",
+            "Legacy sessions opened",
+            m.sessions_initialized.clone(),
+        );
+        r.register(
+            "upstream_sessions_expired",
+            "Upstream 404s on a session",
+            m.sessions_expired.clone(),
+        );
+        r.register(
+            "upstream_sessions_reinitialized",
+            "Requests resent on a fresh session after a 404",
+            m.sessions_reinitialized.clone(),
+        );
+        r.register(
+            "upstream_sessions_closed",
+            "Sessions closed, by reason",
+            m.sessions_closed.clone(),
+        );
+        r.register(
+            "stale_session_headers_dropped",
+            "Mcp-Session-Id / Last-Event-ID headers dropped from modern requests",
+            m.stale_headers_dropped.clone(),
+        );
+        r.register(
+            "upstream_requests_declined",
+            "Server-initiated upstream requests declined on the client's behalf",
+            m.upstream_requests_declined.clone(),
+        );
+        r.register(
+            "upstream_cancellations",
+            "notifications/cancelled sent upstream after a client went away",
+            m.upstream_cancellations.clone(),
+        );
+        r.register(
+            "request_state_rejected",
+            "requestState values rejected, by reason",
+            m.request_state_rejected.clone(),
+        );
+        r.register(
+            "listen_streams_open",
+            "subscriptions/listen streams open",
+            m.listen_streams_open.clone(),
+        );
+        m
+    }
+
+    pub fn route(route: &str) -> RouteLabels {
+        RouteLabels {
+            route: route.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_carry_the_prefix() {
+        let mut reg = Registry::default();
+        let m = Metrics::register(&mut reg);
+        m.requests
+            .get_or_create(&RequestLabels {
+                route: "/mcp".into(),
+                method: "tools/call".into(),
+                generation: "modern",
+                outcome: "ok",
+            })
+            .inc();
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &reg).unwrap();
+        assert!(out.contains("sessionless_requests_total{"), "{out}");
+    }
+}

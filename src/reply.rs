@@ -1,0 +1,153 @@
+//! How an answer reaches the client: one JSON body, or an SSE stream when there
+//! is something to say before the result (progress, log messages, keep-alives).
+//! The decision is made late: a call that finishes without notifications is
+//! answered as plain JSON.
+
+use std::convert::Infallible;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Response, StatusCode};
+use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
+use hyper::body::Frame;
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+
+pub type Body = BoxBody<Bytes, Infallible>;
+
+/// The client went away (closed its connection or stream).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientGone;
+
+enum State {
+    Pending(oneshot::Sender<Response<Body>>),
+    Streaming(mpsc::Sender<Bytes>),
+    Done,
+}
+
+/// The writing end of one client answer; the handler holds the receiving end.
+pub struct Reply {
+    state: State,
+    accepts_sse: bool,
+}
+
+/// SSE events buffered towards a slow client before the call waits for it.
+const SSE_BUFFER: usize = 32;
+
+impl Reply {
+    pub fn new(accepts_sse: bool) -> (Reply, oneshot::Receiver<Response<Body>>) {
+        let (tx, rx) = oneshot::channel();
+        (
+            Reply {
+                state: State::Pending(tx),
+                accepts_sse,
+            },
+            rx,
+        )
+    }
+
+    pub fn is_streaming(&self) -> bool {
+        matches!(self.state, State::Streaming(_))
+    }
+
+    fn start_stream(&mut self) -> Result<(), ClientGone> {
+        let State::Pending(_) = self.state else {
+            return Ok(());
+        };
+        let State::Pending(tx) = std::mem::replace(&mut self.state, State::Done) else {
+            unreachable!()
+        };
+        let (stx, srx) = mpsc::channel::<Bytes>(SSE_BUFFER);
+        let stream = futures_util::stream::unfold(srx, |mut rx| async move {
+            rx.recv()
+                .await
+                .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+        });
+        let resp = Response::builder()
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "text/event-stream")
+            .header(header::CACHE_CONTROL, "no-cache")
+            .header("x-accel-buffering", "no")
+            .body(StreamBody::new(stream).boxed())
+            .expect("static response parts are valid");
+        tx.send(resp).map_err(|_| ClientGone)?;
+        self.state = State::Streaming(stx);
+        Ok(())
+    }
+
+    async fn write(&mut self, bytes: Bytes) -> Result<(), ClientGone> {
+        match &self.state {
+            State::Streaming(tx) => tx.send(bytes).await.map_err(|_| ClientGone),
+            _ => Err(ClientGone),
+        }
+    }
+
+    /// Sends a notification before the result, switching to SSE if needed.
+    pub async fn event(&mut self, message: &Value) -> Result<(), ClientGone> {
+        self.start_stream()?;
+        self.write(sse_event(message)).await
+    }
+
+    /// A keep-alive comment; starts the stream if the client accepts SSE.
+    pub async fn keepalive(&mut self) -> Result<(), ClientGone> {
+        if !self.accepts_sse && !self.is_streaming() {
+            return Ok(());
+        }
+        self.start_stream()?;
+        self.write(Bytes::from_static(b": keep-alive\n\n")).await
+    }
+
+    /// The final message: the JSON body with `status`, or the last SSE event.
+    pub async fn finish(mut self, status: StatusCode, message: &Value) {
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::Pending(tx) => {
+                let _ = tx.send(json_response(status, message));
+            }
+            State::Streaming(tx) => {
+                let _ = tx.send(sse_event(message)).await;
+            }
+            State::Done => {}
+        }
+    }
+
+    /// Resolves when the client has gone away.
+    pub async fn closed(&mut self) {
+        match &mut self.state {
+            State::Pending(tx) => tx.closed().await,
+            State::Streaming(tx) => tx.closed().await,
+            State::Done => std::future::pending().await,
+        }
+    }
+}
+
+pub fn sse_event(message: &Value) -> Bytes {
+    let mut out = Vec::with_capacity(128);
+    out.extend_from_slice(b"event: message\ndata: ");
+    serde_json::to_writer(&mut out, message).expect("Value serialises");
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
+pub fn json_response(status: StatusCode, message: &Value) -> Response<Body> {
+    let body = serde_json::to_vec(message).expect("Value serialises");
+    let mut resp = Response::new(Full::new(Bytes::from(body)).boxed());
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+pub fn empty(status: StatusCode) -> Response<Body> {
+    let mut resp = Response::new(Full::new(Bytes::new()).boxed());
+    *resp.status_mut() = status;
+    resp
+}
+
+pub fn text(status: StatusCode, content_type: &'static str, body: String) -> Response<Body> {
+    let mut resp = Response::new(Full::new(Bytes::from(body)).boxed());
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp
+}
