@@ -70,7 +70,7 @@ pub struct Metrics {
 }
 
 fn duration_histogram() -> Histogram {
-    Histogram::new(DURATION_BUCKETS.into_iter())
+    Histogram::new(DURATION_BUCKETS)
 }
 
 impl Metrics {
@@ -185,5 +185,51 @@ mod tests {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &reg).unwrap();
         assert!(out.contains("sessionless_requests_total{"), "{out}");
+    }
+}
+
+#[cfg(test)]
+mod dashboard_tests {
+    use super::*;
+
+    /// The shipped Grafana dashboard queries exactly the families registered here.
+    #[test]
+    fn dashboard_queries_registered_names() {
+        let mut reg = Registry::default();
+        let _m = Metrics::register(&mut reg);
+        let mut exposition = String::new();
+        prometheus_client::encoding::text::encode(&mut exposition, &reg).unwrap();
+        let families: Vec<&str> = exposition
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split(' ').next())
+            .collect();
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("dashboards/sessionless.json");
+        let dashboard = std::fs::read_to_string(path).unwrap();
+        let mut used = std::collections::BTreeSet::new();
+        for (i, _) in dashboard.match_indices("sessionless_") {
+            let name: String = dashboard[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            used.insert(name);
+        }
+        for name in &used {
+            let family = ["_total", "_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s))
+                .unwrap_or(name);
+            assert!(
+                families.contains(&family),
+                "dashboard uses unknown metric {name}"
+            );
+        }
+        for family in &families {
+            assert!(
+                used.iter().any(|u| u.starts_with(family)),
+                "dashboard misses {family}"
+            );
+        }
     }
 }

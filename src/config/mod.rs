@@ -345,10 +345,12 @@ fn load_key(k: &raw::RawKey, text: &str) -> Result<SealKey, ConfigError> {
         })?,
         (None, Some(file)) => std::fs::read_to_string(file)
             .map_err(|e| ConfigError(format!("{where_}key `{}`: cannot read {file}: {e}", k.id)))?,
-        _ => return Err(ConfigError(format!(
+        _ => {
+            return Err(ConfigError(format!(
             "{where_}key `{}` needs exactly one of `env` or `file` (keys never sit in this file)",
             k.id
-        ))),
+        )))
+        }
     };
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(encoded.trim().trim_end_matches('='))

@@ -53,7 +53,7 @@ fn later_features_are_not_supported_yet() {
 fn semantic_errors_name_the_line() {
     let bad = GOOD.replace("upstream = \"a\"", "upstream = \"zzz\"");
     let err = Config::from_toml(&bad).unwrap_err().0;
-    assert!(err.starts_with("line 10:"), "{err}");
+    assert!(err.starts_with("line 11:"), "{err}");
     let bad = GOOD.replace("http://127", "ftp://127");
     assert!(Config::from_toml(&bad).is_err());
 }
@@ -67,4 +67,18 @@ fn keys_come_from_the_environment_never_inline() {
     assert!(!format!("{:?}", c.keys[0]).contains("AAAA"));
     let inline = format!("{GOOD}\n[[keys]]\nid = \"k1\"\nvalue = \"abc\"\n");
     assert!(Config::from_toml(&inline).is_err());
+}
+
+#[test]
+fn the_shipped_examples_are_valid() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            Config::from_file(&path).unwrap_or_else(|e| panic!("{e}"));
+            n += 1;
+        }
+    }
+    assert!(n >= 2);
 }

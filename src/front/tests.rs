@@ -55,10 +55,13 @@ fn a_valid_tool_call_becomes_a_call() {
 fn envelope_errors() {
     let h = modern_headers("tools/list", None);
     let r = rejected(&h, b"{not json");
-    assert_eq!((r.error.status(), rpc_code(&r)), (400, code::PARSE_ERROR));
+    assert_eq!(
+        (r.error.status().as_u16(), rpc_code(&r)),
+        (400, code::PARSE_ERROR)
+    );
     let r = rejected(&h, b"[]");
     assert_eq!(
-        (r.error.status(), rpc_code(&r)),
+        (r.error.status().as_u16(), rpc_code(&r)),
         (400, code::INVALID_REQUEST)
     );
     assert!(r.id.is_none());
@@ -131,7 +134,7 @@ fn removed_methods_are_not_found() {
         let h = modern_headers(m, None);
         let r = rejected(&h, &body(json!(9), m, json!({})));
         assert_eq!(
-            (r.error.status(), rpc_code(&r)),
+            (r.error.status().as_u16(), rpc_code(&r)),
             (404, code::METHOD_NOT_FOUND),
             "{m}"
         );

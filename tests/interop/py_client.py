@@ -196,6 +196,32 @@ class Runner:
         assert len(values) >= spec["count"], f"{len(values)} progress notifications arrived, want {spec['count']}: {seen}"
         assert values == sorted(values) and len(set(values)) == len(values), f"progress not increasing: {values}"
 
+    async def concurrent(self, c: Client, spec: dict[str, Any]) -> None:
+        """Three progress calls and three echo calls at once on one client: no cross-talk."""
+        echo = self.profile.get("echo")
+        seen: dict[int, list[float]] = {i: [] for i in range(3)}
+        results: dict[str, Any] = {}
+
+        async def one_progress(i: int) -> None:
+            async def on_progress(p: float, total: float | None, message: str | None) -> None:
+                seen[i].append(p)
+
+            results[f"progress{i}"] = await c.call_tool(spec["tool"], spec["args"], progress_callback=on_progress)
+
+        async def one_echo(i: int) -> None:
+            results[f"echo{i}"] = await c.call_tool(echo["tool"], echo["args"])
+
+        async with anyio.create_task_group() as tg:
+            for i in range(3):
+                tg.start_soon(one_progress, i)
+                if echo:
+                    tg.start_soon(one_echo, i)
+        for key, r in sorted(results.items()):
+            assert not r.is_error, f"{key}: isError result: {text_of(r)!r}"
+            check_text(text_of(r), spec if key.startswith("progress") else echo, key)
+        counts = {i: len(v) for i, v in seen.items()}
+        assert all(n == spec["count"] for n in counts.values()), f"progress notifications per call {counts}, want {spec['count']} each: {seen}"
+
     async def logging(self, c: Client, spec: dict[str, Any]) -> None:
         self.logs.clear()
         r = await c.call_tool(spec["tool"], spec["args"], meta={LOG_META: spec["level"]})
@@ -262,7 +288,7 @@ class Runner:
 
         async with self.mrtr_client(elicitation_callback=on_elicit) as c:
             r = await c.call_tool(spec["tool"], spec["args"])
-            assert asked, "the elicitation callback was never called"
+            assert asked, f"the elicitation callback was never called; result isError={r.is_error} text={text_of(r)!r}"
             assert not r.is_error, f"isError result: {text_of(r)!r}"
             check_text(text_of(r), spec, spec["tool"])
 
@@ -277,7 +303,7 @@ class Runner:
 
         async with self.mrtr_client(sampling_callback=on_sample) as c:
             r = await c.call_tool(spec["tool"], spec["args"])
-            assert asked, "the sampling callback was never called"
+            assert asked, f"the sampling callback was never called; result isError={r.is_error} text={text_of(r)!r}"
             assert not r.is_error, f"isError result: {text_of(r)!r}"
             check_text(text_of(r), spec, spec["tool"])
 
@@ -330,6 +356,7 @@ class Runner:
                 await self.flow("call-echo", lambda s: self.call(c, s), needs="echo")
                 await self.flow("call-add", lambda s: self.call(c, s), needs="add")
                 await self.flow("progress", lambda s: self.progress(c, s), needs="progress")
+                await self.flow("concurrent", lambda s: self.concurrent(c, s), needs="progress")
                 if not self.allow_legacy:
                     await self.flow("logging", lambda s: self.logging(c, s), needs="logging")
                     await self.flow("logging-no-opt-in", lambda s: self.no_logs_without_opt_in(c, s), needs="logging")

@@ -181,7 +181,7 @@ await flow('server-info', async () => {
   assert(missing.length === 0, `capabilities ${JSON.stringify(Object.keys(caps))} lack ${missing}`);
 });
 
-const FLOWS = ['discover', 'tools-list', 'call-echo', 'call-add', 'progress', 'logging', 'logging-no-opt-in', 'tool-error',
+const FLOWS = ['discover', 'tools-list', 'call-echo', 'call-add', 'progress', 'concurrent', 'logging', 'logging-no-opt-in', 'tool-error',
   'session-state', 'resources', 'resource-templates', 'prompts'];
 if (!connected) {
   for (const f of FLOWS) report('FAIL', f, 'not run: connect failed');
@@ -218,6 +218,26 @@ if (!connected) {
       const values = seen.map((p) => p.progress);
       assert(values.length >= spec.count, `${values.length} progress notifications arrived, want ${spec.count}: ${JSON.stringify(seen)}`);
       assert(values.every((v, i) => i === 0 || v > values[i - 1]), `progress not increasing: ${values}`);
+    },
+    'progress',
+  );
+
+  await flow(
+    'concurrent',
+    async (spec) => {
+      // Three progress calls and three echo calls at once on one client: no cross-talk.
+      const echo = profile.echo;
+      const seen = [[], [], []];
+      const calls = [0, 1, 2].flatMap((i) => [
+        client.callTool({ name: spec.tool, arguments: spec.args }, { onprogress: (p) => seen[i].push(p.progress) }).then((r) => ['progress' + i, r, spec]),
+        ...(echo ? [client.callTool({ name: echo.tool, arguments: echo.args }).then((r) => ['echo' + i, r, echo])] : []),
+      ]);
+      for (const [key, r, s] of await Promise.all(calls)) {
+        assert(!r.isError, `${key}: isError result: ${JSON.stringify(textOf(r.content))}`);
+        checkText(textOf(r.content), s, key);
+      }
+      const counts = seen.map((v) => v.length);
+      assert(counts.every((n) => n === spec.count), `progress notifications per call ${JSON.stringify(counts)}, want ${spec.count} each: ${JSON.stringify(seen)}`);
     },
     'progress',
   );
@@ -330,7 +350,7 @@ if (opts.mrtr) {
       await c.connect(t);
       try {
         const r = await c.callTool({ name: spec.tool, arguments: spec.args });
-        assert(asked.length > 0, 'the elicitation handler was never called');
+        assert(asked.length > 0, `the elicitation handler was never called; result isError=${r.isError} text=${JSON.stringify(textOf(r.content))}`);
         assert(!r.isError, `isError result: ${JSON.stringify(textOf(r.content))}`);
         checkText(textOf(r.content), spec, spec.tool);
       } finally {
@@ -352,7 +372,7 @@ if (opts.mrtr) {
       await c.connect(t);
       try {
         const r = await c.callTool({ name: spec.tool, arguments: spec.args });
-        assert(asked.length > 0, 'the sampling handler was never called');
+        assert(asked.length > 0, `the sampling handler was never called; result isError=${r.isError} text=${JSON.stringify(textOf(r.content))}`);
         assert(!r.isError, `isError result: ${JSON.stringify(textOf(r.content))}`);
         checkText(textOf(r.content), spec, spec.tool);
       } finally {

@@ -87,7 +87,11 @@ fn response_of(msg: &Value, id: u64) -> Option<Done> {
     }
 }
 
-async fn read_stream(flight: &InFlight<'_>, mut stream: EventStream, reply: &mut Reply) -> Done {
+async fn read_stream(
+    flight: &InFlight<'_>,
+    mut stream: Box<EventStream>,
+    reply: &mut Reply,
+) -> Done {
     let mut keepalive =
         tokio::time::interval_at(Instant::now() + flight.keepalive, flight.keepalive);
     loop {
@@ -120,6 +124,15 @@ async fn read_stream(flight: &InFlight<'_>, mut stream: EventStream, reply: &mut
             continue;
         }
         if msg.get("id").is_some() {
+            if let Some(required) = undeclared_capability(flight.call, &msg) {
+                respond_upstream(flight.session, flight.wire, &msg).await;
+                cancel(
+                    flight,
+                    "the client did not declare a capability this call needs",
+                )
+                .await;
+                return Done::Failed(Error::MissingCapability(required));
+            }
             answer_server_request(flight, &msg).await;
             continue;
         }
@@ -128,6 +141,38 @@ async fn read_stream(flight: &InFlight<'_>, mut stream: EventStream, reply: &mut
                 return cancel(flight, "client closed the stream").await;
             }
         }
+    }
+}
+
+/// The client capability an upstream request needs, if this call's request
+/// did not declare it (as a `ClientCapabilities` object for -32021).
+fn undeclared_capability(call: &Call, msg: &Value) -> Option<Value> {
+    let method = msg.get("method").and_then(Value::as_str)?;
+    let (capability, mode) = match method {
+        "elicitation/create" => {
+            let mode = msg
+                .pointer("/params/mode")
+                .and_then(Value::as_str)
+                .unwrap_or("form");
+            ("elicitation", Some(mode))
+        }
+        "sampling/createMessage" => ("sampling", None),
+        "roots/list" => ("roots", None),
+        _ => return None,
+    };
+    let declared = call
+        .meta
+        .capabilities
+        .get(capability)
+        .filter(|v| v.is_object());
+    match (declared, mode) {
+        (None, Some("url")) => Some(json!({capability: {"url": {}}})),
+        (None, _) => Some(json!({capability: {}})),
+        // `elicitation: {}` means form only; URL mode must be declared.
+        (Some(decl), Some("url")) if decl.get("url").is_none() => {
+            Some(json!({capability: {"url": {}}}))
+        }
+        _ => None,
     }
 }
 

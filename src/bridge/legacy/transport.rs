@@ -45,7 +45,7 @@ pub enum Reply {
     /// A single JSON message (possibly a JSON-RPC error on an HTTP error status).
     Json(Value),
     /// An SSE stream of messages.
-    Stream(EventStream),
+    Stream(Box<EventStream>),
 }
 
 /// The upstream session a request belongs to, as sent on the wire.
@@ -179,11 +179,11 @@ impl Transport {
         }
         let is_sse = content_type(&resp).starts_with("text/event-stream");
         if status.is_success() && is_sse {
-            return Ok(Reply::Stream(EventStream::new(
+            return Ok(Reply::Stream(Box::new(EventStream::new(
                 self.clone(),
                 session.clone(),
                 resp.into_body(),
-            )));
+            ))));
         }
         let is_json = content_type(&resp).starts_with("application/json");
         if !is_json {
