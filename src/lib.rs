@@ -9,6 +9,7 @@ pub mod error;
 pub mod front;
 pub mod guard;
 pub mod metrics;
+pub mod park;
 pub mod reply;
 pub mod seal;
 pub mod server;
@@ -59,10 +60,12 @@ pub async fn run(config: Config) -> std::io::Result<Running> {
     let shutdown = CancellationToken::new();
     let gateway = Arc::new(server::Gateway::new(config, shutdown.clone()));
     let reaper = tokio::spawn(gateway.legacy().pool().clone().run_reaper(shutdown.clone()));
+    let flow_reaper = tokio::spawn(gateway.legacy().clone().run_flow_reaper(shutdown.clone()));
     let token = shutdown.clone();
     let task = tokio::spawn(async move {
         server::serve(gateway, listener, token).await;
         let _ = reaper.await;
+        let _ = flow_reaper.await;
     });
     Ok(Running {
         addr,

@@ -67,6 +67,9 @@ pub struct Metrics {
     pub upstream_cancellations: Family<RouteLabels, Counter>,
     pub request_state_rejected: Family<ReasonLabels, Counter>,
     pub listen_streams_open: Family<RouteLabels, Gauge>,
+    pub mrtr_rounds: Family<MethodLabels, Counter>,
+    pub parked_flows_open: Gauge,
+    pub parked_flows_expired: Family<RouteLabels, Counter>,
 }
 
 fn duration_histogram() -> Histogram {
@@ -89,6 +92,9 @@ impl Metrics {
             upstream_cancellations: Family::default(),
             request_state_rejected: Family::default(),
             listen_streams_open: Family::default(),
+            mrtr_rounds: Family::default(),
+            parked_flows_open: Gauge::default(),
+            parked_flows_expired: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("sessionless");
         r.register(
@@ -155,6 +161,21 @@ impl Metrics {
             "listen_streams_open",
             "subscriptions/listen streams open",
             m.listen_streams_open.clone(),
+        );
+        r.register(
+            "mrtr_rounds",
+            "input_required rounds sent to clients",
+            m.mrtr_rounds.clone(),
+        );
+        r.register(
+            "parked_flows_open",
+            "Upstream calls paused on a question",
+            m.parked_flows_open.clone(),
+        );
+        r.register(
+            "parked_flows_expired",
+            "Paused calls whose retry never came (questions declined upstream)",
+            m.parked_flows_expired.clone(),
         );
         m
     }

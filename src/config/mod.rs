@@ -81,6 +81,8 @@ pub struct Limits {
     pub max_upstream_response_bytes: usize,
     pub max_concurrent_requests: usize,
     pub max_listen_streams: usize,
+    pub max_parked_flows: usize,
+    pub parked_flow_ttl: Duration,
 }
 
 /// A sealing key; its bytes never appear in `Debug`.
@@ -174,12 +176,6 @@ fn validate(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
     if raw.server.internal_listen.is_some() {
         return Err(not_yet(text, "server.internal_listen"));
     }
-    if raw.limits.max_parked_flows.is_some() {
-        return Err(not_yet(text, "limits.max_parked_flows"));
-    }
-    if raw.limits.parked_flow_ttl_ms.is_some() {
-        return Err(not_yet(text, "limits.parked_flow_ttl_ms"));
-    }
     let listen_text = raw.server.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
     let listen: SocketAddr = listen_text.parse().map_err(|_| {
         ConfigError(format!(
@@ -234,6 +230,8 @@ fn validate(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
             max_upstream_response_bytes: raw.limits.max_upstream_response_bytes.unwrap_or(16 << 20),
             max_concurrent_requests: raw.limits.max_concurrent_requests.unwrap_or(4096),
             max_listen_streams: raw.limits.max_listen_streams.unwrap_or(256),
+            max_parked_flows: raw.limits.max_parked_flows.unwrap_or(10_000),
+            parked_flow_ttl: ms(raw.limits.parked_flow_ttl_ms, 300_000),
         },
         keys: raw
             .keys

@@ -89,8 +89,9 @@ pub struct RawLimits {
     pub max_upstream_response_bytes: Option<usize>,
     pub max_concurrent_requests: Option<usize>,
     pub max_listen_streams: Option<usize>,
-    /// Parked MRTR flows: not supported yet.
+    /// Calls paused on a question for the user (MRTR), at most.
     pub max_parked_flows: Option<usize>,
+    /// How long a paused call waits for the client's retry.
     pub parked_flow_ttl_ms: Option<u64>,
 }
 

@@ -72,6 +72,14 @@ impl Method {
         }
     }
 
+    /// Methods whose results may be `input_required` (MRTR).
+    pub fn allows_input(self) -> bool {
+        matches!(
+            self,
+            Method::ToolsCall | Method::PromptsGet | Method::ResourcesRead
+        )
+    }
+
     /// Results that must carry `ttlMs` and `cacheScope`.
     pub fn cacheable(self) -> bool {
         matches!(

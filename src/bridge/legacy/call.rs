@@ -20,7 +20,14 @@ pub enum Done {
     Failed(Error),
     /// The client went away; the upstream was told to cancel.
     Cancelled,
+    /// The upstream asked questions the client must answer (JSON-RPC requests,
+    /// as the upstream sent them); the stream is paused, not finished.
+    Input(Vec<Value>),
 }
+
+/// How long to wait for sibling questions after the first one, so that
+/// questions asked together go to the client in one round.
+const SIBLING_WAIT: Duration = Duration::from_millis(30);
 
 /// Everything the read loop needs about the call in flight.
 pub struct InFlight<'a> {
@@ -55,15 +62,36 @@ pub fn upstream_request(
     json!({"jsonrpc": "2.0", "id": id, "method": call.method.as_str(), "params": params})
 }
 
-/// Reads the upstream's answer to `flight` and streams what the client asked for.
-pub async fn read_answer(flight: &InFlight<'_>, answer: UpReply, reply: &mut Reply) -> Done {
+/// Reads the upstream's answer to `flight` and streams what the client asked
+/// for. The stream comes back with [`Done::Input`], to be parked.
+pub async fn read_answer(
+    flight: &InFlight<'_>,
+    answer: UpReply,
+    reply: &mut Reply,
+) -> (Done, Option<Box<EventStream>>) {
     match answer {
-        UpReply::Json(msg) => match response_of(&msg, flight.upstream_id) {
-            Some(done) => done,
-            None => Done::Failed(Error::UpstreamInvalid("unexpected JSON answer")),
-        },
-        UpReply::Accepted => Done::Failed(Error::UpstreamInvalid("202 to a request")),
-        UpReply::Stream(stream) => read_stream(flight, stream, reply).await,
+        UpReply::Json(msg) => {
+            let done = json_answer(&msg, flight.upstream_id).unwrap_or(Done::Failed(
+                Error::UpstreamInvalid("unexpected JSON answer"),
+            ));
+            (done, None)
+        }
+        UpReply::Accepted => (
+            Done::Failed(Error::UpstreamInvalid("202 to a request")),
+            None,
+        ),
+        UpReply::Stream(mut stream) => {
+            let done = read_stream(flight, &mut stream, reply).await;
+            (done, Some(stream))
+        }
+    }
+}
+
+/// A whole-JSON answer: one message, or a 2025-03-26 batch holding the response.
+fn json_answer(msg: &Value, id: u64) -> Option<Done> {
+    match msg {
+        Value::Array(batch) => batch.iter().find_map(|m| response_of(m, id)),
+        m => response_of(m, id),
     }
 }
 
@@ -87,9 +115,10 @@ fn response_of(msg: &Value, id: u64) -> Option<Done> {
     }
 }
 
-async fn read_stream(
+/// Reads the stream until the response, a round of questions, or the end.
+pub async fn read_stream(
     flight: &InFlight<'_>,
-    mut stream: Box<EventStream>,
+    stream: &mut EventStream,
     reply: &mut Reply,
 ) -> Done {
     let mut keepalive =
@@ -133,12 +162,68 @@ async fn read_stream(
                 .await;
                 return Done::Failed(Error::MissingCapability(required));
             }
+            if flight.call.method.allows_input()
+                && msg
+                    .get("method")
+                    .and_then(Value::as_str)
+                    .is_some_and(super::mrtr::is_question)
+            {
+                return gather_siblings(flight, stream, reply, msg).await;
+            }
             answer_server_request(flight, &msg).await;
             continue;
         }
         if let Some(note) = forwardable(flight, msg) {
             if reply.event(&note).await.is_err() {
                 return cancel(flight, "client closed the stream").await;
+            }
+        }
+    }
+}
+
+/// Collects the questions the upstream asks together with `first`.
+async fn gather_siblings(
+    flight: &InFlight<'_>,
+    stream: &mut EventStream,
+    reply: &mut Reply,
+    first: Value,
+) -> Done {
+    let mut questions = vec![first];
+    let until = Instant::now() + SIBLING_WAIT;
+    loop {
+        let msg = tokio::select! {
+            msg = stream.next() => msg,
+            _ = tokio::time::sleep_until(until) => return Done::Input(questions),
+        };
+        let Ok(msg) = msg else {
+            return Done::Input(questions);
+        };
+        let method = msg.get("method").and_then(Value::as_str);
+        match (method, msg.get("id").is_some()) {
+            (None, _) => {
+                if let Some(done) = response_of(&msg, flight.upstream_id) {
+                    return done;
+                }
+            }
+            (Some(m), true) if super::mrtr::is_question(m) => {
+                if let Some(required) = undeclared_capability(flight.call, &msg) {
+                    for q in questions.iter().chain([&msg]) {
+                        respond_upstream(flight.session, flight.wire, q).await;
+                    }
+                    cancel(
+                        flight,
+                        "the client did not declare a capability this call needs",
+                    )
+                    .await;
+                    return Done::Failed(Error::MissingCapability(required));
+                }
+                questions.push(msg);
+            }
+            (Some(_), true) => answer_server_request(flight, &msg).await,
+            (Some(_), false) => {
+                if let Some(note) = forwardable(flight, msg) {
+                    let _ = reply.event(&note).await;
+                }
             }
         }
     }
@@ -232,15 +317,11 @@ pub async fn respond_upstream<'m>(
     wire: &SessionWire,
     msg: &'m Value,
 ) -> &'m str {
-    let id = msg.get("id").cloned().unwrap_or(Value::Null);
     let method = msg.get("method").and_then(Value::as_str).unwrap_or("");
-    let response = match method {
-        "ping" => json!({"jsonrpc": "2.0", "id": id, "result": {}}),
-        "elicitation/create" => json!({"jsonrpc": "2.0", "id": id, "result": {"action": "cancel"}}),
-        _ => json!({"jsonrpc": "2.0", "id": id, "error": {
-            "code": -32601, "message": "Declined by the gateway: the client cannot answer this request"}}),
-    };
-    let _ = session.transport.post(wire, &response).await;
+    let _ = session
+        .transport
+        .post(wire, &super::mrtr::decline(msg))
+        .await;
     method
 }
 
@@ -261,7 +342,7 @@ pub async fn simple_request(
             .await
             .map_err(|e| super::map_post_error(e, true))?;
         let done = match answer {
-            UpReply::Json(msg) => response_of(&msg, id),
+            UpReply::Json(msg) => json_answer(&msg, id),
             UpReply::Accepted => None,
             UpReply::Stream(mut stream) => loop {
                 let msg = stream.next().await.map_err(|_| Error::OutcomeUnknown)?;
@@ -288,7 +369,7 @@ pub async fn simple_request(
 }
 
 /// Tells the upstream to stop working on the request (a legacy disconnect is not a cancel).
-async fn cancel(flight: &InFlight<'_>, reason: &str) -> Done {
+pub async fn cancel(flight: &InFlight<'_>, reason: &str) -> Done {
     let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
         "params": {"requestId": flight.upstream_id, "reason": reason}});
     let _ = flight.session.transport.post(flight.wire, &note).await;

@@ -30,6 +30,22 @@ pub fn result(
     result
 }
 
+/// An `input_required` result: no cache fields, `serverInfo` as on every result.
+pub fn input_required(
+    init: &Value,
+    input_requests: Value,
+    request_state: String,
+) -> Map<String, Value> {
+    let mut out = Map::new();
+    out.insert("resultType".into(), json!("input_required"));
+    out.insert("inputRequests".into(), input_requests);
+    out.insert("requestState".into(), Value::String(request_state));
+    if let Some(info) = init.get("serverInfo") {
+        out.insert("_meta".into(), json!({SERVER_INFO: info}));
+    }
+    out
+}
+
 /// A legacy JSON-RPC error object as a gateway error (codes mapped).
 pub fn error(err: &Value) -> Error {
     let upstream_code = err
