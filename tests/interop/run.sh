@@ -15,7 +15,7 @@
 #   SESSIONLESS_BIN    gateway binary (default target/debug/sessionless); run as
 #                      $SESSIONLESS_BIN --upstream http://127.0.0.1:P/mcp --listen 127.0.0.1:Q
 #   SESSIONLESS_PEERS  where scripts/setup-peers installs the peers (default .peers)
-#   INTEROP_MRTR=1     also run the elicitation/sampling (MRTR) flows
+#   INTEROP_MRTR=0     skip the elicitation/sampling (MRTR) flows (they run by default)
 #   INTEROP_SELFTEST=1 also run both clients straight against the mcp==2.3.0 reference
 #                      everything-server (a native 2026-07-28 server; downloads its sdist)
 #   INTEROP_LOGDIR     keep process logs there (default: a temporary directory)
@@ -112,7 +112,7 @@ command -v setsid >/dev/null || die "setsid is required (util-linux)"
 [[ -x "$BIN" ]] || die "gateway binary $BIN not found (build it, or set SESSIONLESS_BIN)"
 
 MRTR=()
-[[ "${INTEROP_MRTR:-0}" == 1 ]] && MRTR=(--mrtr)
+[[ "${INTEROP_MRTR:-1}" == 1 ]] && MRTR=(--mrtr)
 
 # ---------------------------------------------------------------- upstreams
 
