@@ -59,13 +59,15 @@ wait_for() {
 
 FIXTURE_PID=""
 GATEWAY_PID=""
+ROOTS_FIXTURE_PID=""
+ROOTS_GATEWAY_PID=""
 cleanup() {
   local pid
-  for pid in "$GATEWAY_PID" "$FIXTURE_PID"; do
+  for pid in "$GATEWAY_PID" "$FIXTURE_PID" "$ROOTS_GATEWAY_PID" "$ROOTS_FIXTURE_PID"; do
     [ -n "$pid" ] || continue
     kill "$pid" 2>/dev/null || true
   done
-  for pid in "$GATEWAY_PID" "$FIXTURE_PID"; do
+  for pid in "$GATEWAY_PID" "$FIXTURE_PID" "$ROOTS_GATEWAY_PID" "$ROOTS_FIXTURE_PID"; do
     [ -n "$pid" ] || continue
     for _ in $(seq 1 25); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
     kill -9 "$pid" 2>/dev/null || true
@@ -167,3 +169,32 @@ if [ "$suite_rc" -ne 0 ]; then
   exit "$suite_rc"
 fi
 echo "conformance: passed against the baseline"
+
+# Roots the plain 1.x way: the fixture asks roots/list on the session's standalone
+# GET stream (not the request's stream). The gateway runs a call that declares
+# roots on a session of its own with that stream open, so the question is still
+# attributed to the call. This scenario must pass outright.
+ROOTS_OUT="$OUT/roots-on-get-stream"
+mkdir -p "$ROOTS_OUT"
+ROOTS_UPSTREAM_PORT=$(free_port)
+"$PY_LEGACY" tests/conformance/fixture/server.py --port "$ROOTS_UPSTREAM_PORT" --roots-on-get-stream \
+  >"$ROOTS_OUT/fixture.log" 2>&1 &
+ROOTS_FIXTURE_PID=$!
+wait_for roots-fixture "$ROOTS_FIXTURE_PID" "http://127.0.0.1:$ROOTS_UPSTREAM_PORT/mcp" '[1-5][0-9][0-9]'
+ROOTS_GATEWAY_PORT=$(free_port)
+"$SESSIONLESS_BIN" --upstream "http://127.0.0.1:$ROOTS_UPSTREAM_PORT/mcp" --listen "127.0.0.1:$ROOTS_GATEWAY_PORT" \
+  >"$ROOTS_OUT/gateway.log" 2>&1 &
+ROOTS_GATEWAY_PID=$!
+wait_for roots-gateway "$ROOTS_GATEWAY_PID" "http://127.0.0.1:$ROOTS_GATEWAY_PORT/healthz" 200
+roots_rc=0
+PATH="$NODE22_BIN:$PATH" timeout --kill-after=10 120 \
+  node "$CONFORMANCE/dist/index.js" server \
+  --url "http://127.0.0.1:$ROOTS_GATEWAY_PORT/mcp" \
+  --scenario input-required-result-basic-list-roots \
+  -o "$ROOTS_OUT" >"$ROOTS_OUT/suite.log" 2>&1 || roots_rc=$?
+if [ "$roots_rc" -ne 0 ]; then
+  sed 's/\x1b\[[0-9;]*m//g' "$ROOTS_OUT/suite.log" | tail -20 >&2
+  echo "conformance: roots on the GET stream failed (exit $roots_rc; logs in $ROOTS_OUT)" >&2
+  exit "$roots_rc"
+fi
+echo "conformance: input-required-result-basic-list-roots passes with roots/list on the GET stream"

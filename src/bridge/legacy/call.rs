@@ -8,7 +8,7 @@ use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
 use super::session::Session;
-use super::transport::{EventStream, Reply as UpReply, SessionWire, StreamEnd};
+use super::transport::{EventStream, Reply as UpReply, SessionWire, StreamEnd, Streams};
 use crate::error::Error;
 use crate::front::{Call, LogLevel};
 use crate::metrics::{MethodLabels, Metrics};
@@ -67,8 +67,9 @@ pub fn upstream_request(
 pub async fn read_answer(
     flight: &InFlight<'_>,
     answer: UpReply,
+    get: Option<Box<EventStream>>,
     reply: &mut Reply,
-) -> (Done, Option<Box<EventStream>>) {
+) -> (Done, Option<Streams>) {
     match answer {
         UpReply::Json(msg) => {
             let done = json_answer(&msg, flight.upstream_id).unwrap_or(Done::Failed(
@@ -80,9 +81,10 @@ pub async fn read_answer(
             Done::Failed(Error::UpstreamInvalid("202 to a request")),
             None,
         ),
-        UpReply::Stream(mut stream) => {
-            let done = read_stream(flight, &mut stream, reply).await;
-            (done, Some(stream))
+        UpReply::Stream(post) => {
+            let mut streams = Streams { post, get };
+            let done = read_stream(flight, &mut streams, reply).await;
+            (done, Some(streams))
         }
     }
 }
@@ -116,11 +118,7 @@ fn response_of(msg: &Value, id: u64) -> Option<Done> {
 }
 
 /// Reads the stream until the response, a round of questions, or the end.
-pub async fn read_stream(
-    flight: &InFlight<'_>,
-    stream: &mut EventStream,
-    reply: &mut Reply,
-) -> Done {
+pub async fn read_stream(flight: &InFlight<'_>, stream: &mut Streams, reply: &mut Reply) -> Done {
     let mut keepalive =
         tokio::time::interval_at(Instant::now() + flight.keepalive, flight.keepalive);
     loop {
@@ -184,7 +182,7 @@ pub async fn read_stream(
 /// Collects the questions the upstream asks together with `first`.
 async fn gather_siblings(
     flight: &InFlight<'_>,
-    stream: &mut EventStream,
+    stream: &mut Streams,
     reply: &mut Reply,
     first: Value,
 ) -> Done {

@@ -28,6 +28,7 @@ use crate::reply::Reply;
 use crate::seal::Sealer;
 use call::{Done, InFlight};
 use mrtr::ParkedFlow;
+use pool::Exclusive;
 pub use pool::Pool;
 use session::{legacy_capabilities, PoolKey, Session};
 use transport::{PostError, SessionWire, Transport};
@@ -206,6 +207,23 @@ impl Legacy {
         }
     }
 
+    /// The session a call runs on: the pooled one, or, for a call that
+    /// declares `roots`, one of its own (a legacy server may ask `roots/list`
+    /// on the session's GET stream, where only a lone call makes it attributable).
+    async fn session_for(
+        &self,
+        transport: &Transport,
+        key: &PoolKey,
+        call: &Call,
+    ) -> Result<(Arc<Session>, Option<Exclusive>), Error> {
+        if call.method.allows_input() && call.meta.declares("roots") {
+            let session = self.pool.open_exclusive(transport, key.clone()).await?;
+            let guard = Exclusive::new(self.pool.clone(), session.clone());
+            return Ok((session, Some(guard)));
+        }
+        Ok((self.pool.acquire(transport, key.clone()).await?, None))
+    }
+
     async fn try_forward(
         &self,
         route: &Route,
@@ -221,7 +239,7 @@ impl Legacy {
         let key = Self::key(route, call, caller);
         let mut params = call.params.clone();
         let pinned = cursor::open(&self.sealer, route, call, caller, &mut params)?;
-        let mut session = self.pool.acquire(transport, key.clone()).await?;
+        let (mut session, mut exclusive) = self.session_for(transport, &key, call).await?;
         if call.method == Method::ToolsCall {
             self.tool_headers
                 .check(&session, call, caller, route.upstream.call_timeout)
@@ -231,6 +249,10 @@ impl Legacy {
         let mut retried = false;
         loop {
             let wire = pinned.clone().unwrap_or_else(|| session.wire.clone());
+            let get = match exclusive {
+                Some(_) => transport.get_stream(&wire, None).await.ok().map(Box::new),
+                None => None,
+            };
             let upstream_id = session.mint_id();
             let token = call
                 .meta
@@ -250,17 +272,18 @@ impl Legacy {
                         deadline,
                         metrics: &self.metrics,
                     };
-                    let (questions, stream) = match call::read_answer(&flight, answer, reply).await
-                    {
-                        (Done::Input(questions), Some(stream)) => (questions, stream),
-                        (done, _) => {
-                            return Ok(self.shape(route, call, caller, &session, &wire, done))
-                        }
-                    };
+                    let (questions, stream) =
+                        match call::read_answer(&flight, answer, get, reply).await {
+                            (Done::Input(questions), Some(stream)) => (questions, stream),
+                            (done, _) => {
+                                return Ok(self.shape(route, call, caller, &session, &wire, done))
+                            }
+                        };
                     let flow = ParkedFlow {
                         session: session.clone(),
                         wire,
                         stream,
+                        _exclusive: exclusive,
                         upstream_id,
                         progress_token: token,
                         pending: Default::default(),
@@ -268,28 +291,23 @@ impl Legacy {
                         minted: 0,
                         deadline,
                     };
+                    let done = Done::Input(questions);
                     return Ok(self
-                        .conclude(
-                            route,
-                            call,
-                            caller,
-                            None,
-                            flow,
-                            Done::Input(questions),
-                            reply,
-                        )
+                        .conclude(route, call, caller, None, flow, done, reply)
                         .await);
                 }
                 Err(PostError::SessionGone) if pinned.is_some() => {
                     return Err(cursor::expired());
                 }
                 Err(PostError::SessionGone) if !retried => {
-                    self.pool.invalidate(&session);
+                    if exclusive.is_none() {
+                        self.pool.invalidate(&session);
+                    }
                     self.metrics
                         .sessions_reinitialized
                         .get_or_create(&Metrics::route(&route.path))
                         .inc();
-                    session = self.pool.acquire(transport, key.clone()).await?;
+                    (session, exclusive) = self.session_for(transport, &key, call).await?;
                 }
                 Err(PostError::NotSent) if !retried => {}
                 Err(e) => return Err(map_post_error(e, true)),

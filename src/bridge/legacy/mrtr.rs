@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
+use super::pool::Exclusive;
 use super::session::Session;
-use super::transport::{EventStream, SessionWire};
+use super::transport::{SessionWire, Streams};
 use crate::error::Error;
 
 /// The methods an upstream may ask during a call that MRTR can carry.
@@ -33,7 +34,9 @@ pub struct Question {
 pub struct ParkedFlow {
     pub session: Arc<Session>,
     pub wire: SessionWire,
-    pub stream: Box<EventStream>,
+    pub stream: Streams,
+    /// Set when the call has its session to itself: closes it when the flow ends.
+    pub _exclusive: Option<Exclusive>,
     pub upstream_id: u64,
     pub progress_token: Option<Value>,
     /// Input key → question.

@@ -219,3 +219,25 @@ async fn close(metrics: &Metrics, session: &Session, reason: &'static str) {
         })
         .inc();
 }
+
+/// An exclusive session, closed upstream (DELETE) when this guard is dropped:
+/// whoever ends the call, the session does not outlive it.
+pub struct Exclusive {
+    pool: Arc<Pool>,
+    session: Arc<Session>,
+}
+
+impl Exclusive {
+    pub fn new(pool: Arc<Pool>, session: Arc<Session>) -> Exclusive {
+        Exclusive { pool, session }
+    }
+}
+
+impl Drop for Exclusive {
+    fn drop(&mut self) {
+        let (pool, session) = (self.pool.clone(), self.session.clone());
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move { pool.close(&session, "exclusive").await });
+        }
+    }
+}

@@ -398,3 +398,30 @@ impl EventStream {
         Err(StreamEnd::Closed)
     }
 }
+
+/// A call's POST stream, plus the session's standalone GET stream when the call
+/// has the session to itself (a legacy server may ask `roots/list` there).
+pub struct Streams {
+    pub post: Box<EventStream>,
+    pub get: Option<Box<EventStream>>,
+}
+
+impl Streams {
+    /// The next message from either stream; the end of the GET stream only
+    /// stops reading it.
+    pub async fn next(&mut self) -> Result<Value, StreamEnd> {
+        loop {
+            let Some(get) = self.get.as_mut() else {
+                return self.post.next().await;
+            };
+            tokio::select! {
+                biased;
+                msg = self.post.next() => return msg,
+                msg = get.next() => match msg {
+                    Ok(v) => return Ok(v),
+                    Err(_) => self.get = None,
+                },
+            }
+        }
+    }
+}
