@@ -2,6 +2,7 @@
 
 mod call;
 mod cursor;
+mod flow;
 mod listen;
 mod mrtr;
 mod pool;
@@ -22,7 +23,7 @@ use serde_json::{json, Value};
 use crate::config::{Config, Route};
 use crate::error::{error_body, Error};
 use crate::front::{Call, Method, SUPPORTED_VERSIONS};
-use crate::metrics::{MethodLabels, Metrics, ReasonLabels};
+use crate::metrics::Metrics;
 use crate::park::ParkingLot;
 use crate::reply::Reply;
 use crate::seal::Sealer;
@@ -32,6 +33,14 @@ use pool::Exclusive;
 pub use pool::Pool;
 use session::{legacy_capabilities, PoolKey, Session};
 use transport::{PostError, SessionWire, Transport};
+
+/// One request on its way through the bridge: the resolved route, the call, the caller.
+#[derive(Clone, Copy)]
+struct Ctx<'a> {
+    route: &'a Route,
+    call: &'a Call,
+    caller: &'a Caller,
+}
 
 /// Who is calling, as far as the upstream session pool is concerned.
 #[derive(Debug, Clone)]
@@ -233,7 +242,17 @@ impl Legacy {
     ) -> Result<Done, Error> {
         mrtr::check_responses_shape(&call.params)?;
         if let Some(blob) = call.params.get("requestState") {
-            return self.resume(route, call, caller, blob, reply).await;
+            return self
+                .resume(
+                    Ctx {
+                        route,
+                        call,
+                        caller,
+                    },
+                    blob,
+                    reply,
+                )
+                .await;
         }
         let transport = &self.transports[&route.path];
         let key = Self::key(route, call, caller);
@@ -276,7 +295,16 @@ impl Legacy {
                         match call::read_answer(&flight, answer, get, reply).await {
                             (Done::Input(questions), Some(stream)) => (questions, stream),
                             (done, _) => {
-                                return Ok(self.shape(route, call, caller, &session, &wire, done))
+                                return Ok(self.shape(
+                                    Ctx {
+                                        route,
+                                        call,
+                                        caller,
+                                    },
+                                    &session,
+                                    &wire,
+                                    done,
+                                ))
                             }
                         };
                     let flow = ParkedFlow {
@@ -293,7 +321,17 @@ impl Legacy {
                     };
                     let done = Done::Input(questions);
                     return Ok(self
-                        .conclude(route, call, caller, None, flow, done, reply)
+                        .conclude(
+                            Ctx {
+                                route,
+                                call,
+                                caller,
+                            },
+                            None,
+                            flow,
+                            done,
+                            reply,
+                        )
                         .await);
                 }
                 Err(PostError::SessionGone) if pinned.is_some() => {
@@ -316,324 +354,24 @@ impl Legacy {
         }
     }
 
-    fn shape(
-        &self,
-        route: &Route,
-        call: &Call,
-        caller: &Caller,
-        session: &Session,
-        wire: &SessionWire,
-        done: Done,
-    ) -> Done {
+    fn shape(&self, cx: Ctx<'_>, session: &Session, wire: &SessionWire, done: Done) -> Done {
         let Done::Result(mut result) = done else {
             return done;
         };
         if let Some(Value::String(next)) = result.get("nextCursor") {
-            let sealed = cursor::seal(&self.sealer, route, call, caller, wire, next);
+            let sealed = cursor::seal(&self.sealer, cx.route, cx.call, cx.caller, wire, next);
             result.insert("nextCursor".into(), Value::String(sealed));
         }
-        if call.method == Method::ToolsList && !call.params.contains_key("cursor") {
-            self.tool_headers.learn(session, caller, &result);
+        if cx.call.method == Method::ToolsList && !cx.call.params.contains_key("cursor") {
+            self.tool_headers.learn(session, cx.caller, &result);
         }
-        Done::Result(translate::result(call.method, route, &session.init, result))
-    }
-}
-
-impl Legacy {
-    fn rejected(&self, route: &Route, why: state::Rejected) -> Error {
-        self.metrics
-            .request_state_rejected
-            .get_or_create(&ReasonLabels {
-                route: route.path.clone(),
-                reason: why.reason(),
-            })
-            .inc();
-        why.error()
-    }
-
-    fn count_parked(&self) {
-        self.metrics.parked_flows_open.set(self.parked.len() as i64);
-    }
-
-    /// A retry: finds the paused call, hands the answers to the upstream, and
-    /// reads on to the result or the next round.
-    async fn resume(
-        &self,
-        route: &Route,
-        call: &Call,
-        caller: &Caller,
-        blob: &Value,
-        reply: &mut Reply,
-    ) -> Result<Done, Error> {
-        let Value::String(blob) = blob else {
-            return Err(self.rejected(route, state::Rejected::Invalid));
-        };
-        if !call.method.allows_input() {
-            return Err(self.rejected(route, state::Rejected::WrongRequest));
-        }
-        let digest = state::params_digest(&call.params);
-        let expect = state::Expect {
-            route: &route.path,
-            method: call.method.as_str(),
-            principal: &caller.principal,
-            name: call.name.as_deref(),
-            params_digest: &digest,
-            now_ms: state::now_ms(),
-        };
-        let st =
-            state::open(&self.sealer, blob, &expect).map_err(|why| self.rejected(route, why))?;
-        let Some(mut flow) = self.parked.take(&st.f) else {
-            return Err(self.rejected(route, state::Rejected::FlowGone));
-        };
-        self.count_parked();
-        if flow.round != st.rd {
-            self.put_back(st.f, flow);
-            return Err(self.rejected(route, state::Rejected::StaleRound));
-        }
-        let empty = serde_json::Map::new();
-        let responses = call
-            .params
-            .get("inputResponses")
-            .and_then(Value::as_object)
-            .unwrap_or(&empty);
-        let mut answers = Vec::new();
-        for (key, question) in &flow.pending {
-            let Some(answer) = responses.get(key) else {
-                continue;
-            };
-            match mrtr::legacy_answer(key, question, answer) {
-                Ok(result) => answers.push((key.clone(), result)),
-                Err(e) => {
-                    self.put_back(st.f, flow);
-                    return Err(e);
-                }
-            }
-        }
-        for (key, result) in answers {
-            let question = flow
-                .pending
-                .remove(&key)
-                .expect("answered keys are pending");
-            let response = json!({"jsonrpc": "2.0", "id": question.upstream_id, "result": result});
-            if let Err(e) = flow.session.transport.post(&flow.wire, &response).await {
-                tracing::warn!(?e, "could not deliver an answer upstream");
-                return Err(Error::OutcomeUnknown);
-            }
-        }
-        if !flow.pending.is_empty() {
-            // Some answers are missing: ask for them again in a new round.
-            return Ok(self
-                .conclude(
-                    route,
-                    call,
-                    caller,
-                    Some(st.f),
-                    flow,
-                    Done::Input(Vec::new()),
-                    reply,
-                )
-                .await);
-        }
-        let done = {
-            let flight = InFlight {
-                call,
-                session: &flow.session,
-                wire: &flow.wire,
-                upstream_id: flow.upstream_id,
-                progress_token: flow.progress_token.clone(),
-                keepalive: self.keepalive,
-                deadline: flow.deadline,
-                metrics: &self.metrics,
-            };
-            call::read_stream(&flight, &mut flow.stream, reply).await
-        };
-        Ok(self
-            .conclude(route, call, caller, Some(st.f), flow, done, reply)
-            .await)
-    }
-
-    /// Puts a flow back after a retry that could not use it (wrong round,
-    /// malformed answers): the legitimate retry may still come.
-    fn put_back(&self, id: String, flow: ParkedFlow) {
-        if let Err(flow) = self.parked.park(id, flow) {
-            tokio::spawn(abandon(flow, self.metrics.clone()));
-        }
-        self.count_parked();
-    }
-
-    /// Finishes a flow's turn: parks it on a new round of questions, or shapes
-    /// its final answer. When the parking lot is full, questions are declined on
-    /// the client's behalf and the upstream's outcome is read instead.
-    async fn conclude(
-        &self,
-        route: &Route,
-        call: &Call,
-        caller: &Caller,
-        flow_id: Option<String>,
-        mut flow: ParkedFlow,
-        mut done: Done,
-        reply: &mut Reply,
-    ) -> Done {
-        loop {
-            let Done::Input(questions) = done else {
-                return self.shape(route, call, caller, &flow.session, &flow.wire, done);
-            };
-            match self.park_round(route, call, caller, flow_id.clone(), flow, questions) {
-                Ok(result) => return Done::Result(result),
-                Err(back) => flow = back,
-            }
-            for question in std::mem::take(&mut flow.pending).into_values() {
-                let msg = json!({"id": question.upstream_id, "method": question.method});
-                let _ = flow
-                    .session
-                    .transport
-                    .post(&flow.wire, &mrtr::decline(&msg))
-                    .await;
-                self.metrics
-                    .upstream_requests_declined
-                    .get_or_create(&MethodLabels {
-                        route: route.path.clone(),
-                        method: question.method.clone(),
-                    })
-                    .inc();
-            }
-            let flight = InFlight {
-                call,
-                session: &flow.session,
-                wire: &flow.wire,
-                upstream_id: flow.upstream_id,
-                progress_token: flow.progress_token.clone(),
-                keepalive: self.keepalive,
-                deadline: flow.deadline,
-                metrics: &self.metrics,
-            };
-            done = call::read_stream(&flight, &mut flow.stream, reply).await;
-        }
-    }
-
-    /// Parks `flow` with its new `questions` and returns the `input_required`
-    /// result; gives the flow back when the lot is full.
-    fn park_round(
-        &self,
-        route: &Route,
-        call: &Call,
-        caller: &Caller,
-        flow_id: Option<String>,
-        mut flow: ParkedFlow,
-        questions: Vec<Value>,
-    ) -> Result<serde_json::Map<String, Value>, ParkedFlow> {
-        if self.parked.is_full() {
-            flow.add_questions(questions);
-            return Err(flow);
-        }
-        flow.add_questions(questions);
-        flow.round += 1;
-        let id = flow_id.unwrap_or_else(random_id);
-        let now = state::now_ms();
-        let st = state::FlowState {
-            r: route.path.clone(),
-            sid: flow.wire.id.clone(),
-            ver: flow.wire.version.clone(),
-            own: self.instance.clone(),
-            f: id.clone(),
-            k: flow
-                .pending
-                .iter()
-                .map(|(k, q)| (k.clone(), q.upstream_id.clone()))
-                .collect(),
-            p: caller.principal.clone(),
-            m: call.method.as_str().to_string(),
-            n: call.name.clone(),
-            a: state::params_digest(&call.params),
-            iat: now,
-            exp: now + self.parked.ttl().as_millis() as u64,
-            rd: flow.round,
-        };
-        let requests = flow.input_requests();
-        let init = flow.session.init.clone();
-        self.parked.park(id, flow)?;
-        self.count_parked();
-        self.metrics
-            .mrtr_rounds
-            .get_or_create(&MethodLabels {
-                route: route.path.clone(),
-                method: call.method.as_str().to_string(),
-            })
-            .inc();
-        Ok(translate::input_required(
-            &init,
-            requests,
-            state::seal(&self.sealer, &st),
+        Done::Result(translate::result(
+            cx.call.method,
+            cx.route,
+            &session.init,
+            result,
         ))
     }
-
-    /// Declines the questions of parked flows whose TTL passed, until shutdown;
-    /// then declines every flow still parked.
-    pub async fn run_flow_reaper(self: Arc<Self>, shutdown: tokio_util::sync::CancellationToken) {
-        let period =
-            (self.parked.ttl() / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
-        let mut tick = tokio::time::interval(period);
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = tick.tick() => {}
-            }
-            let expired = self.parked.expired();
-            if expired.is_empty() {
-                continue;
-            }
-            self.count_parked();
-            for flow in expired {
-                self.metrics
-                    .parked_flows_expired
-                    .get_or_create(&Metrics::route(&flow.session.key.route))
-                    .inc();
-                tokio::spawn(abandon(flow, self.metrics.clone()));
-            }
-        }
-        let left = self.parked.drain();
-        self.count_parked();
-        futures_util::future::join_all(left.into_iter().map(|f| abandon(f, self.metrics.clone())))
-            .await;
-    }
-}
-
-/// Longest time an abandoned flow's upstream stream is read after its
-/// questions were declined, so the upstream can finish its call cleanly.
-const ABANDON_DRAIN: Duration = Duration::from_secs(30);
-
-/// Declines an abandoned flow's questions and reads its stream to the end,
-/// declining anything else it asks, so the upstream finishes cleanly.
-async fn abandon(mut flow: ParkedFlow, metrics: Metrics) {
-    for question in std::mem::take(&mut flow.pending).into_values() {
-        let msg = json!({"id": question.upstream_id, "method": question.method});
-        let _ = flow
-            .session
-            .transport
-            .post(&flow.wire, &mrtr::decline(&msg))
-            .await;
-        metrics
-            .upstream_requests_declined
-            .get_or_create(&MethodLabels {
-                route: flow.session.key.route.clone(),
-                method: question.method,
-            })
-            .inc();
-    }
-    let until = tokio::time::Instant::now() + ABANDON_DRAIN;
-    let drain = async {
-        while let Ok(msg) = flow.stream.next().await {
-            if msg.get("method").is_none()
-                && msg.get("id").and_then(Value::as_u64) == Some(flow.upstream_id)
-            {
-                return;
-            }
-            if msg.get("method").is_some() && msg.get("id").is_some() {
-                call::respond_upstream(&flow.session, &flow.wire, &msg).await;
-            }
-        }
-    };
-    let _ = tokio::time::timeout_at(until.min(flow.deadline), drain).await;
 }
 
 /// 128 random bits, hex: flow ids and instance ids.

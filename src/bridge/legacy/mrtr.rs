@@ -124,29 +124,31 @@ pub fn legacy_answer(key: &str, question: &Question, answer: &Value) -> Result<V
     };
     let mut obj = obj.clone();
     obj.remove("resultType");
-    match question.method.as_str() {
+    let problem = match question.method.as_str() {
         "elicitation/create" => {
             let action = obj.get("action").and_then(Value::as_str);
             if !matches!(action, Some("accept" | "decline" | "cancel")) {
-                return Err(malformed(key, "action must be accept, decline or cancel"));
-            }
-            if obj.get("content").is_some_and(|c| !c.is_object()) {
-                return Err(malformed(key, "content must be an object"));
-            }
-        }
-        "sampling/createMessage" => {
-            if !obj.get("role").is_some_and(Value::is_string) || obj.get("content").is_none() {
-                return Err(malformed(key, "a sampling result needs role and content"));
+                Some("action must be accept, decline or cancel")
+            } else if obj.get("content").is_some_and(|c| !c.is_object()) {
+                Some("content must be an object")
+            } else {
+                None
             }
         }
-        "roots/list" => {
-            if !obj.get("roots").is_some_and(Value::is_array) {
-                return Err(malformed(key, "a roots result needs a roots array"));
-            }
+        "sampling/createMessage"
+            if !obj.get("role").is_some_and(Value::is_string) || obj.get("content").is_none() =>
+        {
+            Some("a sampling result needs role and content")
         }
-        _ => {}
+        "roots/list" if !obj.get("roots").is_some_and(Value::is_array) => {
+            Some("a roots result needs a roots array")
+        }
+        _ => None,
+    };
+    match problem {
+        Some(why) => Err(malformed(key, why)),
+        None => Ok(Value::Object(obj)),
     }
-    Ok(Value::Object(obj))
 }
 
 /// The response that declines `msg` on the client's behalf: elicitation
