@@ -16,6 +16,8 @@ pub mod code {
     pub const UNSUPPORTED_VERSION: i64 = -32022;
     /// Legacy "resource not found"; mapped to -32602 on the way out.
     pub const LEGACY_RESOURCE_NOT_FOUND: i64 = -32002;
+    /// 2025-11-25 "URL elicitation required"; never sent to modern clients.
+    pub const URL_ELICITATION_REQUIRED: i64 = -32042;
     /// Application code (outside the reserved -32768..-32000 range) for overload.
     pub const OVERLOADED: i64 = -31000;
 }

@@ -96,7 +96,7 @@ impl Legacy {
         cx: Ctx<'_>,
         blob: &Value,
         reply: &mut Reply,
-    ) -> Result<Done, Error> {
+    ) -> Result<Option<Done>, Error> {
         let Value::String(blob) = blob else {
             return Err(self.rejected(cx, state::Rejected::Invalid));
         };
@@ -113,6 +113,10 @@ impl Legacy {
             now_ms: state::now_ms(),
         };
         let st = state::open(&self.sealer, blob, &expect).map_err(|why| self.rejected(cx, why))?;
+        if st.re {
+            check_url_answers(&st, cx.call)?;
+            return Ok(None);
+        }
         let Some(mut flow) = self.parked.take(&st.f) else {
             return Err(self.rejected(cx, state::Rejected::FlowGone));
         };
@@ -145,7 +149,76 @@ impl Legacy {
             // Some answers are missing: ask for them again in a new round.
             Done::Input(Vec::new())
         };
-        Ok(self.conclude(cx, Some(st.f), flow, done, reply).await)
+        Ok(Some(self.conclude(cx, Some(st.f), flow, done, reply).await))
+    }
+
+    /// A 2025-11-25 upstream's -32042 (URL elicitation required) as a round of
+    /// URL-mode elicitations; the retry re-issues the call (nothing is parked,
+    /// and `notifications/elicitation/complete` is never passed on).
+    pub(super) fn url_round(&self, cx: Ctx<'_>, init: &Value, data: Option<&Value>) -> Done {
+        let elicitations = data
+            .and_then(|d| d.get("elicitations"))
+            .and_then(Value::as_array);
+        let (Some(elicitations), true) = (
+            elicitations.filter(|e| !e.is_empty()),
+            cx.call.method.allows_input(),
+        ) else {
+            return Done::Failed(Error::UpstreamInvalid("URL elicitation required"));
+        };
+        let declared = cx
+            .call
+            .meta
+            .capabilities
+            .get("elicitation")
+            .and_then(|e| e.get("url"));
+        if declared.is_none() {
+            return Done::Failed(Error::MissingCapability(
+                json!({"elicitation": {"url": {}}}),
+            ));
+        }
+        let mut requests = Map::new();
+        let mut keys = std::collections::BTreeMap::new();
+        for (i, e) in elicitations.iter().enumerate() {
+            let key = format!("elicitation_{}", i + 1);
+            let mut params = e.clone();
+            if let Some(p) = params.as_object_mut() {
+                p.insert("mode".into(), json!("url"));
+            }
+            requests.insert(
+                key.clone(),
+                mrtr::input_request("elicitation/create", Some(&params)),
+            );
+            keys.insert(key, Value::Null);
+        }
+        let now = state::now_ms();
+        let st = state::FlowState {
+            r: cx.route.path.clone(),
+            sid: None,
+            ver: None,
+            own: self.instance.clone(),
+            f: super::random_id(),
+            k: keys,
+            p: cx.caller.principal.clone(),
+            m: cx.call.method.as_str().to_string(),
+            n: cx.call.name.clone(),
+            a: state::params_digest(&cx.call.params),
+            iat: now,
+            exp: now + self.parked.ttl().as_millis() as u64,
+            rd: 1,
+            re: true,
+        };
+        self.metrics
+            .mrtr_rounds
+            .get_or_create(&MethodLabels {
+                route: cx.route.path.clone(),
+                method: cx.call.method.as_str().to_string(),
+            })
+            .inc();
+        Done::Result(translate::input_required(
+            init,
+            Value::Object(requests),
+            state::seal(&self.sealer, &st),
+        ))
     }
 
     /// Puts a flow back after a retry that could not use it (wrong round,
@@ -214,6 +287,7 @@ impl Legacy {
             iat: now,
             exp: now + self.parked.ttl().as_millis() as u64,
             rd: flow.round,
+            re: false,
         };
         let requests = flow.input_requests();
         let init = flow.session.init.clone();
@@ -263,6 +337,25 @@ impl Legacy {
         futures_util::future::join_all(left.into_iter().map(|f| f.abandon(self.metrics.clone())))
             .await;
     }
+}
+
+/// A URL round's answers must be well-formed elicitation results (consent only:
+/// whether the user finished is the upstream's to judge on the re-issued call).
+fn check_url_answers(st: &state::FlowState, call: &crate::front::Call) -> Result<(), Error> {
+    let Some(Value::Object(responses)) = call.params.get("inputResponses") else {
+        return Ok(());
+    };
+    let question = mrtr::Question {
+        upstream_id: Value::Null,
+        method: "elicitation/create".into(),
+        request: Value::Null,
+    };
+    for key in st.k.keys() {
+        if let Some(answer) = responses.get(key) {
+            mrtr::legacy_answer(key, &question, answer)?;
+        }
+    }
+    Ok(())
 }
 
 /// The retry's answers to the flow's pending questions, as legacy results.

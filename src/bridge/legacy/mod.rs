@@ -241,18 +241,15 @@ impl Legacy {
         reply: &mut Reply,
     ) -> Result<Done, Error> {
         mrtr::check_responses_shape(&call.params)?;
+        let cx = Ctx {
+            route,
+            call,
+            caller,
+        };
         if let Some(blob) = call.params.get("requestState") {
-            return self
-                .resume(
-                    Ctx {
-                        route,
-                        call,
-                        caller,
-                    },
-                    blob,
-                    reply,
-                )
-                .await;
+            if let Some(done) = self.resume(cx, blob, reply).await? {
+                return Ok(done);
+            }
         }
         let transport = &self.transports[&route.path];
         let key = Self::key(route, call, caller);
@@ -355,8 +352,14 @@ impl Legacy {
     }
 
     fn shape(&self, cx: Ctx<'_>, session: &Session, wire: &SessionWire, done: Done) -> Done {
-        let Done::Result(mut result) = done else {
-            return done;
+        let mut result = match done {
+            Done::Result(result) => result,
+            Done::Failed(Error::Upstream { code, data, .. })
+                if code == crate::error::code::URL_ELICITATION_REQUIRED =>
+            {
+                return self.url_round(cx, &session.init, data.as_ref());
+            }
+            other => return other,
         };
         if let Some(Value::String(next)) = result.get("nextCursor") {
             let sealed = cursor::seal(&self.sealer, cx.route, cx.call, cx.caller, wire, next);

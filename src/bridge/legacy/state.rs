@@ -38,6 +38,10 @@ pub struct FlowState {
     pub exp: u64,
     /// Round number, from 1.
     pub rd: u32,
+    /// A URL-elicitation round (a 2025-11-25 upstream's -32042): nothing is
+    /// parked; the retry re-issues the call.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub re: bool,
 }
 
 /// Why a `requestState` was refused; each is a `data.reason` and a metric label.
@@ -172,6 +176,7 @@ mod tests {
             iat: 1_000,
             exp: 2_000,
             rd: 1,
+            re: false,
         }
     }
 

@@ -55,6 +55,8 @@ pub fn error(err: &Value) -> Error {
     let code = match upstream_code {
         code::LEGACY_RESOURCE_NOT_FOUND => code::INVALID_PARAMS,
         // The spec reserves -32020..-32099; never pass an undefined one through.
+        // -32042 stays visible to the bridge, which turns it into a URL round.
+        code::URL_ELICITATION_REQUIRED => code::URL_ELICITATION_REQUIRED,
         c if (-32099..=-32020).contains(&c) => code::INTERNAL_ERROR,
         c => c,
     };
@@ -135,7 +137,7 @@ mod tests {
         assert_eq!(e.rpc_error(&[])["code"], -32602);
         let e = error(&json!({"code": -32601, "message": "nope"}));
         assert_eq!(e.status(), 404);
-        let e = error(&json!({"code": -32042, "message": "url elicitation"}));
+        let e = error(&json!({"code": -32043, "message": "reserved"}));
         assert_eq!(e.rpc_error(&[])["code"], -32603);
     }
 
