@@ -8,7 +8,7 @@ use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
 use super::session::Session;
-use super::transport::{EventStream, Reply as UpReply, SessionWire, StreamEnd, Streams};
+use super::transport::{EventStream, PostError, Reply as UpReply, SessionWire, StreamEnd, Streams};
 use crate::error::Error;
 use crate::front::{Call, LogLevel};
 use crate::metrics::{MethodLabels, Metrics};
@@ -60,6 +60,37 @@ pub fn upstream_request(
         params.insert("_meta".into(), Value::Object(meta));
     }
     json!({"jsonrpc": "2.0", "id": id, "method": call.method.as_str(), "params": params})
+}
+
+/// Sends the call upstream, minding the client meanwhile: keep-alives if the
+/// upstream is slow to start answering, and a cancellation upstream if the
+/// client leaves or the upstream times out after the call went out.
+/// `Err`: the call is over (cancelled); `Ok`: the transport's outcome.
+pub async fn post_call(
+    flight: &InFlight<'_>,
+    request: &Value,
+    reply: &mut Reply,
+) -> Result<Result<(UpReply, Option<String>), PostError>, Done> {
+    let post = flight.session.transport.post(flight.wire, request);
+    tokio::pin!(post);
+    let mut keepalive =
+        tokio::time::interval_at(Instant::now() + flight.keepalive, flight.keepalive);
+    loop {
+        tokio::select! {
+            posted = &mut post => {
+                if matches!(posted, Err(PostError::Timeout | PostError::Broken)) {
+                    cancel(flight, "gateway gave up waiting for the answer");
+                }
+                return Ok(posted);
+            }
+            _ = reply.closed() => return Err(cancel(flight, "client closed the stream")),
+            _ = keepalive.tick() => {
+                if reply.keepalive().await.is_err() {
+                    return Err(cancel(flight, "client closed the stream"));
+                }
+            }
+        }
+    }
 }
 
 /// Reads the upstream's answer to `flight` and streams what the client asked
@@ -124,15 +155,15 @@ pub async fn read_stream(flight: &InFlight<'_>, stream: &mut Streams, reply: &mu
     loop {
         let msg = tokio::select! {
             msg = stream.next() => msg,
-            _ = reply.closed() => return cancel(flight, "client closed the stream").await,
+            _ = reply.closed() => return cancel(flight, "client closed the stream"),
             _ = keepalive.tick() => {
                 if reply.keepalive().await.is_err() {
-                    return cancel(flight, "client closed the stream").await;
+                    return cancel(flight, "client closed the stream");
                 }
                 continue;
             }
             _ = tokio::time::sleep_until(flight.deadline) => {
-                cancel(flight, "gateway call timeout").await;
+                cancel(flight, "gateway call timeout");
                 return Done::Failed(Error::OutcomeUnknown);
             }
         };
@@ -156,8 +187,7 @@ pub async fn read_stream(flight: &InFlight<'_>, stream: &mut Streams, reply: &mu
                 cancel(
                     flight,
                     "the client did not declare a capability this call needs",
-                )
-                .await;
+                );
                 return Done::Failed(Error::MissingCapability(required));
             }
             if flight.call.method.allows_input()
@@ -173,7 +203,7 @@ pub async fn read_stream(flight: &InFlight<'_>, stream: &mut Streams, reply: &mu
         }
         if let Some(note) = forwardable(flight, msg) {
             if reply.event(&note).await.is_err() {
-                return cancel(flight, "client closed the stream").await;
+                return cancel(flight, "client closed the stream");
             }
         }
     }
@@ -211,8 +241,7 @@ async fn gather_siblings(
                     cancel(
                         flight,
                         "the client did not declare a capability this call needs",
-                    )
-                    .await;
+                    );
                     return Done::Failed(Error::MissingCapability(required));
                 }
                 questions.push(msg);
@@ -367,10 +396,14 @@ pub async fn simple_request(
 }
 
 /// Tells the upstream to stop working on the request (a legacy disconnect is not a cancel).
-pub async fn cancel(flight: &InFlight<'_>, reason: &str) -> Done {
+/// Sent in the background: a slow or dead upstream must not delay the client's answer.
+pub fn cancel(flight: &InFlight<'_>, reason: &str) -> Done {
     let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
         "params": {"requestId": flight.upstream_id, "reason": reason}});
-    let _ = flight.session.transport.post(flight.wire, &note).await;
+    let (transport, wire) = (flight.session.transport.clone(), flight.wire.clone());
+    tokio::spawn(async move {
+        let _ = transport.post(&wire, &note).await;
+    });
     flight
         .metrics
         .upstream_cancellations

@@ -276,18 +276,22 @@ impl Legacy {
                 .as_ref()
                 .map(|_| json!(format!("sl-{upstream_id}")));
             let request = call::upstream_request(call, &params, upstream_id, token.as_ref());
-            match transport.post(&wire, &request).await {
+            let flight = InFlight {
+                call,
+                session: &session,
+                wire: &wire,
+                upstream_id,
+                progress_token: token.clone(),
+                keepalive: self.keepalive,
+                deadline,
+                metrics: &self.metrics,
+            };
+            let posted = match call::post_call(&flight, &request, reply).await {
+                Ok(posted) => posted,
+                Err(done) => return Ok(done),
+            };
+            match posted {
                 Ok((answer, _)) => {
-                    let flight = InFlight {
-                        call,
-                        session: &session,
-                        wire: &wire,
-                        upstream_id,
-                        progress_token: token.clone(),
-                        keepalive: self.keepalive,
-                        deadline,
-                        metrics: &self.metrics,
-                    };
                     let (questions, stream) =
                         match call::read_answer(&flight, answer, get, reply).await {
                             (Done::Input(questions), Some(stream)) => (questions, stream),
