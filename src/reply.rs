@@ -127,14 +127,28 @@ pub fn sse_event(message: &Value) -> Bytes {
     Bytes::from(out)
 }
 
+/// Seconds an overloaded gateway asks clients to wait before retrying.
+const RETRY_AFTER_SECONDS: &str = "1";
+
+/// A JSON answer; 503 and 429 always say when to retry.
 pub fn json_response(status: StatusCode, message: &Value) -> Response<Body> {
     let body = serde_json::to_vec(message).expect("Value serialises");
     let mut resp = Response::new(Full::new(Bytes::from(body)).boxed());
     *resp.status_mut() = status;
-    resp.headers_mut().insert(
+    let headers = resp.headers_mut();
+    headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
+    if matches!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS
+    ) {
+        headers.insert(
+            header::RETRY_AFTER,
+            HeaderValue::from_static(RETRY_AFTER_SECONDS),
+        );
+    }
     resp
 }
 

@@ -15,9 +15,17 @@ pub const LAST_EVENT_ID: &str = "last-event-id";
 const PARAM_PREFIX: &str = "mcp-param-";
 
 /// A header's value as a string, trimmed of optional whitespace.
-/// `Ok(None)` when absent; an error when present but not visible ASCII.
+/// `Ok(None)` when absent; an error when present but not visible ASCII, or
+/// present more than once (a proxy routing on another copy would disagree).
 pub fn text<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h str>, Error> {
-    match headers.get(name) {
+    let mut values = headers.get_all(name).iter();
+    let (first, second) = (values.next(), values.next());
+    if second.is_some() {
+        return Err(Error::HeaderMismatch(format!(
+            "{name} header given more than once"
+        )));
+    }
+    match first {
         None => Ok(None),
         Some(v) => v
             .to_str()
@@ -141,6 +149,13 @@ mod tests {
         let h = map(&[("mcp-method", "TOOLS/CALL")]);
         assert!(expect_mirror(&h, METHOD, "tools/call").is_err());
         assert!(expect_mirror(&HeaderMap::new(), METHOD, "tools/call").is_err());
+    }
+
+    #[test]
+    fn repeated_mirrors_are_refused() {
+        let mut h = map(&[("mcp-name", "echo")]);
+        h.append("mcp-name", "delete_everything".parse().unwrap());
+        assert!(expect_mirror(&h, NAME, "echo").is_err());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 mod call;
 mod cursor;
+mod event_limit;
 mod flow;
 mod listen;
 mod mrtr;

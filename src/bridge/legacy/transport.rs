@@ -15,6 +15,7 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 use sse_stream::SseStream;
 
+use super::event_limit::{BodyError, EventLimited};
 use crate::config::Upstream;
 use crate::metrics::{Metrics, UpstreamLabels};
 
@@ -292,23 +293,7 @@ pub enum StreamEnd {
 const MAX_RESUMES: u32 = 5;
 const MAX_RETRY: Duration = Duration::from_secs(5);
 
-/// The body error type `SseStream` needs (a concrete `std::error::Error`).
-#[derive(Debug, thiserror::Error)]
-#[error("upstream body error")]
-struct BodyError {
-    too_large: bool,
-}
-
-fn body_error(e: Box<dyn std::error::Error + Send + Sync>) -> BodyError {
-    BodyError {
-        too_large: e.is::<http_body_util::LengthLimitError>(),
-    }
-}
-
-type Body = http_body_util::combinators::MapErr<
-    Limited<Incoming>,
-    fn(Box<dyn std::error::Error + Send + Sync>) -> BodyError,
->;
+type Body = EventLimited<Incoming>;
 
 /// JSON-RPC messages read from an upstream SSE stream; when the upstream closes
 /// the stream after having sent event ids, it is resumed with `Last-Event-ID`.
@@ -330,9 +315,7 @@ impl EventStream {
         EventStream {
             transport,
             session,
-            inner: Box::pin(SseStream::new(
-                Limited::new(body, limit).map_err(body_error as fn(_) -> _),
-            )),
+            inner: Box::pin(SseStream::new(EventLimited::new(body, limit))),
             pending: VecDeque::new(),
             last_event_id: None,
             retry: Duration::from_millis(1000),
@@ -350,7 +333,7 @@ impl EventStream {
             match self.inner.next().await {
                 Some(Ok(event)) => self.take(event)?,
                 Some(Err(sse_stream::Error::Body(e)))
-                    if e.downcast_ref::<BodyError>().is_some_and(|b| b.too_large) =>
+                    if e.downcast_ref::<BodyError>() == Some(&BodyError::TooLarge) =>
                 {
                     return Err(StreamEnd::TooLarge)
                 }
