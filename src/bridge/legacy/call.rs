@@ -148,6 +148,54 @@ fn response_of(msg: &Value, id: u64) -> Option<Done> {
     }
 }
 
+/// What one message from the upstream's stream means for the call in flight.
+enum Incoming {
+    /// The response to the call (result or error).
+    Response(Done),
+    /// A question for the user that may become an `input_required` round.
+    Question(Value),
+    /// A question needing a capability the request did not declare.
+    Undeclared(Value, Value),
+    /// Another server request (`ping`, or a question outside MRTR methods).
+    Request(Value),
+    Notification(Value),
+    /// Anything else: a response to something else, noise.
+    Ignored,
+}
+
+fn classify(flight: &InFlight<'_>, msg: Value) -> Incoming {
+    let method = msg.get("method").and_then(Value::as_str);
+    let Some(method) = method else {
+        return match response_of(&msg, flight.upstream_id) {
+            Some(done) => Incoming::Response(done),
+            None => Incoming::Ignored,
+        };
+    };
+    if msg.get("id").is_none() {
+        return Incoming::Notification(msg);
+    }
+    if let Some(required) = undeclared_capability(flight.call, &msg) {
+        return Incoming::Undeclared(msg, required);
+    }
+    if flight.call.method.allows_input() && super::mrtr::is_question(method) {
+        return Incoming::Question(msg);
+    }
+    Incoming::Request(msg)
+}
+
+/// Refuses the call because the upstream needs a capability the request did
+/// not declare: declines the pending questions and cancels the upstream call.
+async fn refuse_undeclared(flight: &InFlight<'_>, questions: &[Value], required: Value) -> Done {
+    for q in questions {
+        respond_upstream(flight.session, flight.wire, q).await;
+    }
+    cancel(
+        flight,
+        "the client did not declare a capability this call needs",
+    );
+    Done::Failed(Error::MissingCapability(required))
+}
+
 /// Reads the stream until the response, a round of questions, or the end.
 pub async fn read_stream(flight: &InFlight<'_>, stream: &mut Streams, reply: &mut Reply) -> Done {
     let mut keepalive =
@@ -175,36 +223,21 @@ pub async fn read_stream(flight: &InFlight<'_>, stream: &mut Streams, reply: &mu
             }
             Err(StreamEnd::Closed) => return Done::Failed(Error::OutcomeUnknown),
         };
-        if msg.get("method").is_none() {
-            if let Some(done) = response_of(&msg, flight.upstream_id) {
-                return done;
+        match classify(flight, msg) {
+            Incoming::Response(done) => return done,
+            Incoming::Question(q) => return gather_siblings(flight, stream, reply, q).await,
+            Incoming::Undeclared(q, required) => {
+                return refuse_undeclared(flight, &[q], required).await
             }
-            continue;
-        }
-        if msg.get("id").is_some() {
-            if let Some(required) = undeclared_capability(flight.call, &msg) {
-                respond_upstream(flight.session, flight.wire, &msg).await;
-                cancel(
-                    flight,
-                    "the client did not declare a capability this call needs",
-                );
-                return Done::Failed(Error::MissingCapability(required));
+            Incoming::Request(r) => answer_server_request(flight, &r).await,
+            Incoming::Notification(n) => {
+                if let Some(note) = forwardable(flight, n) {
+                    if reply.event(&note).await.is_err() {
+                        return cancel(flight, "client closed the stream");
+                    }
+                }
             }
-            if flight.call.method.allows_input()
-                && msg
-                    .get("method")
-                    .and_then(Value::as_str)
-                    .is_some_and(super::mrtr::is_question)
-            {
-                return gather_siblings(flight, stream, reply, msg).await;
-            }
-            answer_server_request(flight, &msg).await;
-            continue;
-        }
-        if let Some(note) = forwardable(flight, msg) {
-            if reply.event(&note).await.is_err() {
-                return cancel(flight, "client closed the stream");
-            }
+            Incoming::Ignored => {}
         }
     }
 }
@@ -226,32 +259,20 @@ async fn gather_siblings(
         let Ok(msg) = msg else {
             return Done::Input(questions);
         };
-        let method = msg.get("method").and_then(Value::as_str);
-        match (method, msg.get("id").is_some()) {
-            (None, _) => {
-                if let Some(done) = response_of(&msg, flight.upstream_id) {
-                    return done;
-                }
+        match classify(flight, msg) {
+            Incoming::Response(done) => return done,
+            Incoming::Question(q) => questions.push(q),
+            Incoming::Undeclared(q, required) => {
+                questions.push(q);
+                return refuse_undeclared(flight, &questions, required).await;
             }
-            (Some(m), true) if super::mrtr::is_question(m) => {
-                if let Some(required) = undeclared_capability(flight.call, &msg) {
-                    for q in questions.iter().chain([&msg]) {
-                        respond_upstream(flight.session, flight.wire, q).await;
-                    }
-                    cancel(
-                        flight,
-                        "the client did not declare a capability this call needs",
-                    );
-                    return Done::Failed(Error::MissingCapability(required));
-                }
-                questions.push(msg);
-            }
-            (Some(_), true) => answer_server_request(flight, &msg).await,
-            (Some(_), false) => {
-                if let Some(note) = forwardable(flight, msg) {
+            Incoming::Request(r) => answer_server_request(flight, &r).await,
+            Incoming::Notification(n) => {
+                if let Some(note) = forwardable(flight, n) {
                     let _ = reply.event(&note).await;
                 }
             }
+            Incoming::Ignored => {}
         }
     }
 }
@@ -268,7 +289,23 @@ fn undeclared_capability(call: &Call, msg: &Value) -> Option<Value> {
                 .unwrap_or("form");
             ("elicitation", Some(mode))
         }
-        "sampling/createMessage" => ("sampling", None),
+        "sampling/createMessage" => {
+            // Tool-enabled sampling needs `sampling.tools`.
+            let wants_tools = msg.pointer("/params/tools").is_some();
+            let declared = call
+                .meta
+                .capabilities
+                .get("sampling")
+                .filter(|v| v.is_object());
+            return match declared {
+                None if wants_tools => Some(json!({"sampling": {"tools": {}}})),
+                None => Some(json!({"sampling": {}})),
+                Some(d) if wants_tools && d.get("tools").is_none() => {
+                    Some(json!({"sampling": {"tools": {}}}))
+                }
+                Some(_) => None,
+            };
+        }
         "roots/list" => ("roots", None),
         _ => return None,
     };
