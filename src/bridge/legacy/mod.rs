@@ -259,7 +259,7 @@ impl Legacy {
         let (mut session, mut exclusive) = self.session_for(transport, &key, call).await?;
         if call.method == Method::ToolsCall {
             self.tool_headers
-                .check(&session, call, caller, route.upstream.call_timeout)
+                .check(&session, call, caller, route.upstream.response_timeout)
                 .await?;
         }
         let deadline = tokio::time::Instant::now() + route.upstream.call_timeout;

@@ -218,6 +218,12 @@ impl Upstream {
         self.seen().into_iter().filter(Seen::is_response).collect()
     }
 
+    /// Forgets every live session, as an upstream restart would: requests on
+    /// them are answered 404 from now on.
+    pub fn forget_sessions(&self) {
+        self.shared.sessions.lock().unwrap().clear();
+    }
+
     pub fn initializes(&self) -> usize {
         self.calls("initialize").len()
     }
