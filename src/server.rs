@@ -108,6 +108,14 @@ impl Gateway {
                 method: method.to_string(),
             })
             .observe(started.elapsed().as_secs_f64());
+        tracing::debug!(
+            target: "sessionless::access",
+            route = %route.path,
+            method,
+            outcome,
+            micros = started.elapsed().as_micros() as u64,
+            "request"
+        );
     }
 
     fn reject(
