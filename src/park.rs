@@ -49,12 +49,16 @@ impl<T> ParkingLot<T> {
 
     /// Parks `value` under `id` until the TTL passes. Gives it back when the lot is full.
     pub fn park(&self, id: String, value: T) -> Result<Instant, T> {
+        self.park_until(id, value, Instant::now() + self.ttl)
+    }
+
+    /// Parks `value` until `expires` (a flow put back keeps its first expiry).
+    pub fn park_until(&self, id: String, value: T, expires: Instant) -> Result<Instant, T> {
         // Reserve a place first so that concurrent parkers cannot overshoot the cap.
         if self.len.fetch_add(1, Ordering::AcqRel) >= self.cap {
             self.len.fetch_sub(1, Ordering::AcqRel);
             return Err(value);
         }
-        let expires = Instant::now() + self.ttl;
         if let Some(old) = self.map.insert(id, Entry { expires, value }) {
             drop(old);
             self.len.fetch_sub(1, Ordering::AcqRel);
@@ -62,11 +66,12 @@ impl<T> ParkingLot<T> {
         Ok(expires)
     }
 
-    /// Takes the flow out (single use): a second take of the same id finds nothing.
-    pub fn take(&self, id: &str) -> Option<T> {
+    /// Takes the flow out (single use): a second take of the same id finds
+    /// nothing. Returns it with its expiry.
+    pub fn take(&self, id: &str) -> Option<(T, Instant)> {
         let (_, entry) = self.map.remove(id)?;
         self.len.fetch_sub(1, Ordering::AcqRel);
-        Some(entry.value)
+        Some((entry.value, entry.expires))
     }
 
     /// Removes and returns every flow whose TTL has passed.
@@ -90,7 +95,9 @@ impl<T> ParkingLot<T> {
     /// Removes and returns every flow (shutdown).
     pub fn drain(&self) -> Vec<T> {
         let ids: Vec<String> = self.map.iter().map(|e| e.key().clone()).collect();
-        ids.iter().filter_map(|id| self.take(id)).collect()
+        ids.iter()
+            .filter_map(|id| self.take(id).map(|(v, _)| v))
+            .collect()
     }
 }
 
@@ -104,8 +111,8 @@ mod tests {
         assert!(lot.park("a".into(), 1).is_ok());
         assert!(lot.park("b".into(), 2).is_ok());
         assert_eq!(lot.park("c".into(), 3), Err(3), "cap reached");
-        assert_eq!(lot.take("a"), Some(1));
-        assert_eq!(lot.take("a"), None, "single use");
+        assert_eq!(lot.take("a").map(|(v, _)| v), Some(1));
+        assert!(lot.take("a").is_none(), "single use");
         assert!(lot.park("c".into(), 3).is_ok());
         assert!(lot.expired().is_empty());
         tokio::time::advance(Duration::from_secs(61)).await;

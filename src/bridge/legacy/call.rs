@@ -256,8 +256,14 @@ async fn gather_siblings(
             msg = stream.next() => msg,
             _ = tokio::time::sleep_until(until) => return Done::Input(questions),
         };
-        let Ok(msg) = msg else {
-            return Done::Input(questions);
+        let msg = match msg {
+            Ok(msg) => msg,
+            // The call is gone with its stream: nothing to park, no answer to deliver.
+            Err(StreamEnd::TooLarge) => return Done::Failed(Error::UpstreamTooLarge),
+            Err(StreamEnd::Invalid) => {
+                return Done::Failed(Error::UpstreamInvalid("bad SSE event"))
+            }
+            Err(StreamEnd::Closed) => return Done::Failed(Error::OutcomeUnknown),
         };
         match classify(flight, msg) {
             Incoming::Response(done) => return done,

@@ -117,18 +117,18 @@ impl Legacy {
             check_url_answers(&st, cx.call)?;
             return Ok(None);
         }
-        let Some(mut flow) = self.parked.take(&st.f) else {
+        let Some((mut flow, expires)) = self.parked.take(&st.f) else {
             return Err(self.rejected(cx, state::Rejected::FlowGone));
         };
         self.count_parked();
         if flow.round != st.rd {
-            self.put_back(st.f, flow);
+            self.put_back(st.f, flow, expires);
             return Err(self.rejected(cx, state::Rejected::StaleRound));
         }
         let answers = match answers(&flow, cx.call) {
             Ok(a) => a,
             Err(e) => {
-                self.put_back(st.f, flow);
+                self.put_back(st.f, flow, expires);
                 return Err(e);
             }
         };
@@ -223,8 +223,8 @@ impl Legacy {
 
     /// Puts a flow back after a retry that could not use it (wrong round,
     /// malformed answers): the legitimate retry may still come.
-    fn put_back(&self, id: String, flow: ParkedFlow) {
-        if let Err(flow) = self.parked.park(id, flow) {
+    fn put_back(&self, id: String, flow: ParkedFlow, expires: tokio::time::Instant) {
+        if let Err(flow) = self.parked.park_until(id, flow, expires) {
             tokio::spawn(flow.abandon(self.metrics.clone()));
         }
         self.count_parked();
