@@ -3,8 +3,6 @@
 //! The decision is made late: a call that finishes without notifications is
 //! answered as plain JSON.
 
-use std::convert::Infallible;
-
 use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
@@ -12,7 +10,16 @@ use hyper::body::Frame;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
-pub type Body = BoxBody<Bytes, Infallible>;
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// Every answer body: in-memory, streamed SSE, or relayed from another replica.
+pub type Body = BoxBody<Bytes, BoxError>;
+
+/// A complete in-memory body.
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed()
+}
 
 /// The client went away (closed its connection or stream).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +67,7 @@ impl Reply {
         let stream = futures_util::stream::unfold(srx, |mut rx| async move {
             rx.recv()
                 .await
-                .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+                .map(|b| (Ok::<_, BoxError>(Frame::data(b)), rx))
         });
         let resp = Response::builder()
             .status(StatusCode::OK)
@@ -109,6 +116,15 @@ impl Reply {
         }
     }
 
+    /// Hands over a complete response made elsewhere (a retry answered by the
+    /// replica that owns its flow). Only before anything was streamed.
+    pub fn relay(mut self, response: Response<Body>) -> Result<(), ClientGone> {
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::Pending(tx) => tx.send(response).map_err(|_| ClientGone),
+            _ => Err(ClientGone),
+        }
+    }
+
     /// Resolves when the client has gone away.
     pub async fn closed(&mut self) {
         match &mut self.state {
@@ -133,7 +149,7 @@ const RETRY_AFTER_SECONDS: &str = "1";
 /// A JSON answer; 503 and 429 always say when to retry.
 pub fn json_response(status: StatusCode, message: &Value) -> Response<Body> {
     let body = serde_json::to_vec(message).expect("Value serialises");
-    let mut resp = Response::new(Full::new(Bytes::from(body)).boxed());
+    let mut resp = Response::new(full(body));
     *resp.status_mut() = status;
     let headers = resp.headers_mut();
     headers.insert(
@@ -153,13 +169,13 @@ pub fn json_response(status: StatusCode, message: &Value) -> Response<Body> {
 }
 
 pub fn empty(status: StatusCode) -> Response<Body> {
-    let mut resp = Response::new(Full::new(Bytes::new()).boxed());
+    let mut resp = Response::new(full(Bytes::new()));
     *resp.status_mut() = status;
     resp
 }
 
 pub fn text(status: StatusCode, content_type: &'static str, body: String) -> Response<Body> {
-    let mut resp = Response::new(Full::new(Bytes::from(body)).boxed());
+    let mut resp = Response::new(full(body));
     *resp.status_mut() = status;
     resp.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));

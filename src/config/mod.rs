@@ -32,6 +32,38 @@ pub struct Config {
     pub pool: PoolConfig,
     pub limits: Limits,
     pub keys: Vec<SealKey>,
+    pub cluster: Option<Cluster>,
+}
+
+/// Cluster mode: who this replica is and how replicas reach each other.
+#[derive(Clone)]
+pub struct Cluster {
+    pub instance_id: String,
+    pub internal_listen: SocketAddr,
+    /// `host:port` other replicas use for this one's internal listener.
+    pub advertise: String,
+    pub secret: Vec<u8>,
+    pub connect_timeout: Duration,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("instance_id", &self.instance_id)
+            .field("internal_listen", &self.internal_listen)
+            .field("advertise", &self.advertise)
+            .field("secret", &"<redacted>")
+            .finish()
+    }
+}
+
+/// Where a call paused on a question lives until the retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Continuity {
+    /// In this replica's memory (a parked flow); the retry is forwarded here.
+    Park,
+    /// Nowhere: the retry re-runs the call, answering from the sealed answers.
+    Replay,
 }
 
 #[derive(Debug, Clone)]
@@ -67,6 +99,18 @@ pub struct Route {
     pub ttl_ms: u64,
     pub cache_scope: CacheScope,
     pub discover_ttl: Duration,
+    pub continuity: Continuity,
+    /// Tools that use replay mode on a `Park` route.
+    pub replay_tools: Vec<String>,
+    pub replay_ttl: Duration,
+}
+
+impl Route {
+    /// Whether a call to `tool` (`None` for prompts and resources) runs in replay mode.
+    pub fn replays(&self, tool: Option<&str>) -> bool {
+        self.continuity == Continuity::Replay
+            || tool.is_some_and(|t| self.replay_tools.iter().any(|r| r == t))
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -121,6 +165,8 @@ impl Config {
                 ttl_ms: None,
                 cache_scope: None,
                 continuity: None,
+                replay_tools: None,
+                replay_ttl_ms: None,
                 host: None,
                 tool_prefix: None,
                 discover_ttl_ms: None,
@@ -167,14 +213,8 @@ fn not_yet(text: &str, key: &str) -> ConfigError {
 }
 
 fn validate(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
-    if raw.cluster.is_some() {
-        return Err(not_yet(text, "cluster"));
-    }
     if raw.auth.is_some() {
         return Err(not_yet(text, "auth"));
-    }
-    if raw.server.internal_listen.is_some() {
-        return Err(not_yet(text, "server.internal_listen"));
     }
     let listen_text = raw.server.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
     let listen: SocketAddr = listen_text.parse().map_err(|_| {
@@ -233,6 +273,11 @@ fn validate(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
             max_parked_flows: raw.limits.max_parked_flows.unwrap_or(10_000),
             parked_flow_ttl: ms(raw.limits.parked_flow_ttl_ms, 300_000),
         },
+        cluster: raw
+            .cluster
+            .as_ref()
+            .map(|c| cluster(c, text, &raw.keys))
+            .transpose()?,
         keys: raw
             .keys
             .iter()
@@ -286,16 +331,16 @@ fn route(r: &raw::RawRoute, upstreams: &[Upstream], text: &str) -> Result<Route,
     if r.tool_prefix.is_some() {
         return Err(not_yet(text, "routes.tool_prefix"));
     }
-    match r.continuity.as_deref() {
-        None | Some("park") => {}
-        Some("replay") => return Err(not_yet(text, "routes.continuity")),
+    let continuity = match r.continuity.as_deref() {
+        None | Some("park") => Continuity::Park,
+        Some("replay") => Continuity::Replay,
         Some(other) => {
             return Err(ConfigError(format!(
                 "{}continuity must be \"park\" or \"replay\", not `{other}`",
                 at(text, "continuity")
             )))
         }
-    }
+    };
     if !r.path.starts_with('/') || matches!(r.path.as_str(), "/metrics" | "/healthz" | "/readyz") {
         return Err(ConfigError(format!(
             "{}invalid route path `{}`",
@@ -329,6 +374,68 @@ fn route(r: &raw::RawRoute, upstreams: &[Upstream], text: &str) -> Result<Route,
         ttl_ms: r.ttl_ms.unwrap_or(0),
         cache_scope,
         discover_ttl: ms(r.discover_ttl_ms, 60_000),
+        continuity,
+        replay_tools: r.replay_tools.clone().unwrap_or_default(),
+        replay_ttl: ms(r.replay_ttl_ms, 60_000),
+    })
+}
+
+fn cluster(c: &raw::RawCluster, text: &str, keys: &[raw::RawKey]) -> Result<Cluster, ConfigError> {
+    let where_ = at(text, "[cluster]");
+    if keys.is_empty() {
+        return Err(ConfigError(format!(
+            "{where_}cluster mode needs [[keys]] shared by every replica (requestState opens anywhere)"
+        )));
+    }
+    let internal_listen: SocketAddr = c.internal_listen.parse().map_err(|_| {
+        ConfigError(format!(
+            "{}invalid internal_listen `{}`",
+            at(text, "internal_listen"),
+            c.internal_listen
+        ))
+    })?;
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let instance_id = c
+        .instance_id
+        .clone()
+        .or_else(|| env("SESSIONLESS_INSTANCE_ID"))
+        .or_else(|| env("HOSTNAME"))
+        .ok_or_else(|| {
+            ConfigError(format!(
+                "{where_}cluster.instance_id is not set (nor $SESSIONLESS_INSTANCE_ID)"
+            ))
+        })?;
+    let advertise = c
+        .advertise
+        .clone()
+        .or_else(|| env("SESSIONLESS_ADVERTISE_ADDR"))
+        .unwrap_or_else(|| c.internal_listen.clone());
+    let secret = match (&c.secret_env, &c.secret_file) {
+        (Some(var), None) => std::env::var(var).map_err(|_| {
+            ConfigError(format!(
+                "{where_}cluster secret: environment variable {var} is not set"
+            ))
+        })?,
+        (None, Some(file)) => std::fs::read_to_string(file)
+            .map_err(|e| ConfigError(format!("{where_}cluster secret: cannot read {file}: {e}")))?,
+        _ => {
+            return Err(ConfigError(format!(
+                "{where_}cluster needs exactly one of secret_env or secret_file (never inline)"
+            )))
+        }
+    };
+    let secret = secret.trim().as_bytes().to_vec();
+    if secret.len() < 16 {
+        return Err(ConfigError(format!(
+            "{where_}cluster secret must be at least 16 bytes"
+        )));
+    }
+    Ok(Cluster {
+        instance_id,
+        internal_listen,
+        advertise,
+        secret,
+        connect_timeout: ms(c.connect_timeout_ms, 1_000),
     })
 }
 

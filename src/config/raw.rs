@@ -19,8 +19,8 @@ pub struct RawConfig {
     pub limits: RawLimits,
     #[serde(default)]
     pub keys: Vec<RawKey>,
-    /// Cluster mode (replicas forwarding retries): not supported yet.
-    pub cluster: Option<toml::Value>,
+    /// Cluster mode: replicas forward retries to the replica holding the flow.
+    pub cluster: Option<RawCluster>,
     /// Client authentication: not supported yet.
     pub auth: Option<toml::Value>,
 }
@@ -35,8 +35,6 @@ pub struct RawServer {
     pub allowed_hosts: Option<Vec<String>>,
     pub drain_timeout_ms: Option<u64>,
     pub keepalive_interval_ms: Option<u64>,
-    /// The internal listener of cluster mode: not supported yet.
-    pub internal_listen: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -65,8 +63,13 @@ pub struct RawRoute {
     pub ttl_ms: Option<u64>,
     /// `cacheScope` on cacheable results ("private" by default, or "public").
     pub cache_scope: Option<String>,
-    /// "park" (default) or "replay" (not supported yet).
+    /// "park" (default: a paused call waits in this replica) or "replay"
+    /// (nothing is parked; the retry re-runs the call with the answers so far).
     pub continuity: Option<String>,
+    /// Tools run in replay mode on a "park" route.
+    pub replay_tools: Option<Vec<String>>,
+    /// How long a replay-mode `requestState` stays usable (default 60 s).
+    pub replay_ttl_ms: Option<u64>,
     /// Route by Host header: not supported yet.
     pub host: Option<String>,
     /// Federation by tool-name prefix: not supported yet.
@@ -103,4 +106,21 @@ pub struct RawKey {
     pub env: Option<String>,
     /// File holding the key (base64url, 32 bytes).
     pub file: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCluster {
+    /// This replica's name; default: $SESSIONLESS_INSTANCE_ID, then $HOSTNAME.
+    pub instance_id: Option<String>,
+    /// Where the internal listener (forwarded retries) binds.
+    pub internal_listen: String,
+    /// The address other replicas reach it at; default: $SESSIONLESS_ADVERTISE_ADDR,
+    /// then `internal_listen` (for Kubernetes: the pod IP and port).
+    pub advertise: Option<String>,
+    /// The internal listener's shared secret, from the environment or a file.
+    pub secret_env: Option<String>,
+    pub secret_file: Option<String>,
+    /// Time allowed to reach the owner replica before the retry is handled here.
+    pub connect_timeout_ms: Option<u64>,
 }

@@ -39,10 +39,10 @@ fn unknown_keys_are_rejected_with_a_line() {
 
 #[test]
 fn later_features_are_not_supported_yet() {
-    let bad = format!("{GOOD}\n[cluster]\ninstance = \"a\"\n");
+    let bad = format!("{GOOD}\n[auth]\nissuer = \"a\"\n");
     let err = Config::from_toml(&bad).unwrap_err().0;
     assert!(err.contains("not supported yet"), "{err}");
-    let bad = GOOD.replace("cache_scope = \"public\"", "continuity = \"replay\"");
+    let bad = GOOD.replace("cache_scope = \"public\"", "tool_prefix = \"a_\"");
     assert!(Config::from_toml(&bad)
         .unwrap_err()
         .0
@@ -81,4 +81,39 @@ fn the_shipped_examples_are_valid() {
         }
     }
     assert!(n >= 2);
+}
+
+#[test]
+fn cluster_mode_needs_shared_keys_and_a_secret_from_outside_the_file() {
+    std::env::set_var("SESSIONLESS_TEST_KEY_2", "A".repeat(43));
+    std::env::set_var("SESSIONLESS_TEST_CLUSTER_SECRET", "0123456789abcdef0123");
+    let cluster = "\n[cluster]\ninstance_id = \"gw-a\"\ninternal_listen = \"127.0.0.1:9101\"\nsecret_env = \"SESSIONLESS_TEST_CLUSTER_SECRET\"\n";
+    let no_keys = format!("{GOOD}{cluster}");
+    assert!(Config::from_toml(&no_keys)
+        .unwrap_err()
+        .0
+        .contains("[[keys]]"));
+    let keys = "\n[[keys]]\nid = \"k\"\nenv = \"SESSIONLESS_TEST_KEY_2\"\n";
+    let ok = format!("{GOOD}{cluster}{keys}");
+    let c = Config::from_toml(&ok).unwrap().cluster.unwrap();
+    assert_eq!(c.instance_id, "gw-a");
+    assert_eq!(c.advertise, "127.0.0.1:9101");
+    assert!(!format!("{c:?}").contains("0123456789"));
+    let inline = ok.replace(
+        "secret_env = \"SESSIONLESS_TEST_CLUSTER_SECRET\"",
+        "secret = \"x\"",
+    );
+    assert!(Config::from_toml(&inline).is_err());
+}
+
+#[test]
+fn replay_mode_per_route_or_per_tool() {
+    let r = GOOD.replace("cache_scope = \"public\"", "continuity = \"replay\"");
+    let c = Config::from_toml(&r).unwrap();
+    assert!(c.routes[0].replays(Some("any")));
+    let t = GOOD.replace("cache_scope = \"public\"", "replay_tools = [\"search\"]");
+    let c = Config::from_toml(&t).unwrap();
+    assert!(c.routes[0].replays(Some("search")));
+    assert!(!c.routes[0].replays(Some("buy")));
+    assert!(!c.routes[0].replays(None));
 }
