@@ -49,10 +49,7 @@ pub enum Error {
     #[error("header mismatch: {0}")]
     HeaderMismatch(String),
     #[error("invalid params: {message}")]
-    InvalidParams {
-        message: String,
-        data: Option<Value>,
-    },
+    InvalidParams { message: String, data: Option<Value> },
     #[error("unsupported protocol version")]
     UnsupportedVersion { requested: String },
     #[error("method not found: {0}")]
@@ -61,11 +58,7 @@ pub enum Error {
     MissingCapability(Value),
     /// The upstream answered with a JSON-RPC error of its own (already id-mapped).
     #[error("upstream error {code}: {message}")]
-    Upstream {
-        code: i64,
-        message: String,
-        data: Option<Value>,
-    },
+    Upstream { code: i64, message: String, data: Option<Value> },
     #[error("upstream unreachable")]
     UpstreamUnreachable,
     #[error("upstream timed out")]
@@ -84,10 +77,7 @@ pub enum Error {
 
 impl Error {
     pub fn invalid_params(message: impl Into<String>) -> Self {
-        Error::InvalidParams {
-            message: message.into(),
-            data: None,
-        }
+        Error::InvalidParams { message: message.into(), data: None }
     }
 
     pub fn source(&self) -> Source {
@@ -144,9 +134,7 @@ impl Error {
             OriginNotAllowed | HostNotAllowed => StatusCode::FORBIDDEN,
             UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Parse | InvalidRequest(_) | HeaderMismatch(_) | InvalidParams { .. } => {
-                StatusCode::BAD_REQUEST
-            }
+            Parse | InvalidRequest(_) | HeaderMismatch(_) | InvalidParams { .. } => StatusCode::BAD_REQUEST,
             UnsupportedVersion { .. } | MissingCapability(_) => StatusCode::BAD_REQUEST,
             MethodNotFound(_) => StatusCode::NOT_FOUND,
             Upstream { code, .. } if *code == code::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
@@ -172,37 +160,25 @@ impl Error {
             Parse => (code::PARSE_ERROR, "Parse error".into(), None),
             InvalidRequest(m) => (code::INVALID_REQUEST, format!("Invalid request: {m}"), None),
             HeaderMismatch(m) => (code::HEADER_MISMATCH, format!("Header mismatch: {m}"), None),
-            InvalidParams { message, data } => (
-                code::INVALID_PARAMS,
-                format!("Invalid params: {message}"),
-                data.clone(),
-            ),
+            InvalidParams { message, data } => {
+                (code::INVALID_PARAMS, format!("Invalid params: {message}"), data.clone())
+            }
             UnsupportedVersion { requested } => (
                 code::UNSUPPORTED_VERSION,
                 "Unsupported protocol version".into(),
                 Some(json!({"supported": supported_versions, "requested": requested})),
             ),
-            MethodNotFound(m) => (
-                code::METHOD_NOT_FOUND,
-                format!("Method not found: {m}"),
-                None,
-            ),
+            MethodNotFound(m) => (code::METHOD_NOT_FOUND, format!("Method not found: {m}"), None),
             MissingCapability(caps) => (
                 code::MISSING_CAPABILITY,
                 "Missing required client capability".into(),
                 Some(json!({"requiredCapabilities": caps})),
             ),
-            Upstream {
-                code,
-                message,
-                data,
-            } => (*code, message.clone(), data.clone()),
+            Upstream { code, message, data } => (*code, message.clone(), data.clone()),
             UpstreamUnreachable | UpstreamTimeout | UpstreamInvalid(_) | UpstreamTooLarge
-            | OutcomeUnknown => (
-                code::INTERNAL_ERROR,
-                upstream_message(self).into(),
-                Some(json!({"reason": self.reason()})),
-            ),
+            | OutcomeUnknown => {
+                (code::INTERNAL_ERROR, upstream_message(self).into(), Some(json!({"reason": self.reason()})))
+            }
             Overloaded => (
                 code::OVERLOADED,
                 "Gateway overloaded, retry later".into(),
@@ -223,9 +199,7 @@ fn upstream_message(err: &Error) -> &'static str {
         Error::UpstreamUnreachable => "Upstream server unreachable",
         Error::UpstreamTimeout => "Upstream server timed out",
         Error::UpstreamTooLarge => "Upstream response too large",
-        Error::OutcomeUnknown => {
-            "Upstream stream broke after the call was sent; its outcome is unknown"
-        }
+        Error::OutcomeUnknown => "Upstream stream broke after the call was sent; its outcome is unknown",
         _ => "Upstream server sent an invalid response",
     }
 }
@@ -249,17 +223,9 @@ mod tests {
         assert_eq!(Error::HeaderMismatch("x".into()).status(), 400);
         assert_eq!(Error::UpstreamTimeout.status(), 504);
         assert_eq!(Error::OutcomeUnknown.status(), 502);
-        let up = Error::Upstream {
-            code: -32601,
-            message: "nope".into(),
-            data: None,
-        };
+        let up = Error::Upstream { code: -32601, message: "nope".into(), data: None };
         assert_eq!(up.status(), 404);
-        let up = Error::Upstream {
-            code: -32602,
-            message: "bad".into(),
-            data: None,
-        };
+        let up = Error::Upstream { code: -32602, message: "bad".into(), data: None };
         assert_eq!(up.status(), 200);
     }
 
@@ -275,9 +241,7 @@ mod tests {
 
     #[test]
     fn unsupported_version_lists_what_is_supported() {
-        let err = Error::UnsupportedVersion {
-            requested: "1900-01-01".into(),
-        };
+        let err = Error::UnsupportedVersion { requested: "1900-01-01".into() };
         let body = error_body(Some(&json!("a")), &err, &["2026-07-28"]);
         assert_eq!(body["error"]["data"]["supported"][0], "2026-07-28");
         assert_eq!(body["error"]["data"]["requested"], "1900-01-01");

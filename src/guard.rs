@@ -42,10 +42,7 @@ fn host(config: &Config, headers: &HeaderMap) -> Result<(), Error> {
     let Some(value) = headers.get(header::HOST) else {
         return Ok(());
     };
-    let h = value
-        .to_str()
-        .map(hostname)
-        .map_err(|_| Error::HostNotAllowed)?;
+    let h = value.to_str().map(hostname).map_err(|_| Error::HostNotAllowed)?;
     if allowed.iter().any(|a| a.eq_ignore_ascii_case(h)) {
         Ok(())
     } else {
@@ -74,10 +71,7 @@ fn origin(config: &Config, headers: &HeaderMap) -> Result<(), Error> {
 }
 
 fn content_type(headers: &HeaderMap) -> Result<(), Error> {
-    let ct = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
+    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     let essence = ct.split(';').next().unwrap_or("").trim();
     if essence.eq_ignore_ascii_case("application/json") {
         Ok(())
@@ -101,10 +95,7 @@ pub fn principal(headers: &HeaderMap) -> String {
     let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        });
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
     match token {
         None => "anonymous".into(),
         Some(t) => {
@@ -139,19 +130,10 @@ mod tests {
     fn order_and_statuses() {
         let json = h(&[("content-type", "application/json; charset=utf-8")]);
         assert!(check(&cfg(), &Method::POST, &json).is_ok());
-        assert_eq!(
-            check(&cfg(), &Method::GET, &json).unwrap_err().status(),
-            405
-        );
-        assert_eq!(
-            check(&cfg(), &Method::DELETE, &json).unwrap_err().status(),
-            405
-        );
+        assert_eq!(check(&cfg(), &Method::GET, &json).unwrap_err().status(), 405);
+        assert_eq!(check(&cfg(), &Method::DELETE, &json).unwrap_err().status(), 405);
         let text = h(&[("content-type", "text/plain")]);
-        assert_eq!(
-            check(&cfg(), &Method::POST, &text).unwrap_err().status(),
-            415
-        );
+        assert_eq!(check(&cfg(), &Method::POST, &text).unwrap_err().status(), 415);
     }
 
     #[test]
@@ -161,20 +143,9 @@ mod tests {
             ("host", "evil.example.com"),
             ("origin", "http://evil.example.com"),
         ]);
-        assert_eq!(
-            check(&cfg(), &Method::POST, &evil).unwrap_err().status(),
-            403
-        );
-        let evil_origin = h(&[
-            ("content-type", "application/json"),
-            ("origin", "http://evil.example.com"),
-        ]);
-        assert_eq!(
-            check(&cfg(), &Method::POST, &evil_origin)
-                .unwrap_err()
-                .status(),
-            403
-        );
+        assert_eq!(check(&cfg(), &Method::POST, &evil).unwrap_err().status(), 403);
+        let evil_origin = h(&[("content-type", "application/json"), ("origin", "http://evil.example.com")]);
+        assert_eq!(check(&cfg(), &Method::POST, &evil_origin).unwrap_err().status(), 403);
         let local = h(&[
             ("content-type", "application/json"),
             ("host", "127.0.0.1:8080"),

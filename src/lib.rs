@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bridge;
+pub mod cluster;
 pub mod config;
 pub mod demo;
 pub mod error;
@@ -26,15 +27,20 @@ pub use config::Config;
 /// A running gateway.
 pub struct Running {
     pub addr: SocketAddr,
-    shutdown: CancellationToken,
+    /// The internal listener's address (cluster mode).
+    pub internal_addr: Option<SocketAddr>,
+    drain: CancellationToken,
     task: JoinHandle<()>,
 }
 
 impl Running {
-    /// Stops accepting, drains open requests (up to the drain timeout), closes
-    /// upstream sessions, and waits for all of it.
+    /// Drains and stops: new calls are refused (503, `/readyz` 503) while
+    /// retries of paused calls are served, until none is left or the drain
+    /// deadline passes; then the listeners close, open requests get a short
+    /// grace period, what is still parked is declined upstream, and upstream
+    /// sessions are closed. Waits for all of it.
     pub async fn shutdown(self) {
-        self.shutdown.cancel();
+        self.drain.cancel();
         let _ = self.task.await;
     }
 
@@ -44,7 +50,7 @@ impl Running {
     }
 
     pub fn shutdown_token(&self) -> CancellationToken {
-        self.shutdown.clone()
+        self.drain.clone()
     }
 
     /// The MCP endpoint URL of the first route.
@@ -53,23 +59,38 @@ impl Running {
     }
 }
 
-/// Binds the listener and starts the gateway; returns once it accepts connections.
+/// Binds the listeners and starts the gateway; returns once it accepts connections.
 pub async fn run(config: Config) -> std::io::Result<Running> {
     let listener = TcpListener::bind(config.listen).await?;
     let addr = listener.local_addr()?;
-    let shutdown = CancellationToken::new();
-    let gateway = Arc::new(server::Gateway::new(config, shutdown.clone()));
-    let reaper = tokio::spawn(gateway.legacy().pool().clone().run_reaper(shutdown.clone()));
-    let flow_reaper = tokio::spawn(gateway.legacy().clone().run_flow_reaper(shutdown.clone()));
-    let token = shutdown.clone();
+    let internal = match &config.cluster {
+        Some(c) => Some(TcpListener::bind(c.internal_listen).await?),
+        None => None,
+    };
+    let internal_addr = internal.as_ref().map(TcpListener::local_addr).transpose()?;
+    let drain_timeout = config.drain_timeout;
+    let (drain, stop) = (CancellationToken::new(), CancellationToken::new());
+    let gateway = Arc::new(server::Gateway::new(config, stop.clone()));
+    let mut tasks = vec![
+        tokio::spawn(gateway.legacy().pool().clone().run_reaper(stop.clone())),
+        tokio::spawn(gateway.legacy().clone().run_flow_reaper(stop.clone())),
+        tokio::spawn(server::serve(gateway.clone(), listener, stop.clone(), server::Listener::Public)),
+    ];
+    if let Some(internal) = internal {
+        tasks.push(tokio::spawn(server::serve(
+            gateway.clone(),
+            internal,
+            stop.clone(),
+            server::Listener::Internal,
+        )));
+    }
+    let draining = drain.clone();
     let task = tokio::spawn(async move {
-        server::serve(gateway, listener, token).await;
-        let _ = reaper.await;
-        let _ = flow_reaper.await;
+        draining.cancelled().await;
+        gateway.drain(drain_timeout).await;
+        stop.cancel();
+        futures_util::future::join_all(tasks).await;
+        gateway.legacy().pool().close_all().await;
     });
-    Ok(Running {
-        addr,
-        shutdown,
-        task,
-    })
+    Ok(Running { addr, internal_addr, drain, task })
 }

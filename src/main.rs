@@ -59,17 +59,12 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
         Some(Command::GenKey) => {
             let mut key = [0u8; 32];
             rand::thread_rng().fill_bytes(&mut key);
-            println!(
-                "{}",
-                base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key)
-            );
+            println!("{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key));
             Ok(())
         }
         Some(Command::CheckConfig { file }) => {
@@ -81,9 +76,7 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Demo { listen }) => runtime.block_on(demo(listen)),
         None => {
             let config = match (&cli.upstream, &cli.config) {
-                (Some(url), None) => {
-                    Config::single(url, cli.listen.unwrap_or(DEFAULT_LISTEN.parse()?))?
-                }
+                (Some(url), None) => Config::single(url, cli.listen.unwrap_or(DEFAULT_LISTEN.parse()?))?,
                 (None, Some(file)) => {
                     let mut c = Config::from_file(file)?;
                     if let Some(l) = cli.listen {
@@ -99,19 +92,10 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn gateway(config: Config) -> anyhow::Result<()> {
-    let routes: Vec<String> = config
-        .routes
-        .iter()
-        .map(|r| format!("{} -> {}", r.path, r.upstream.url))
-        .collect();
-    let running = sessionless::run(config)
-        .await
-        .context("cannot start the gateway")?;
-    eprintln!(
-        "sessionless listening on http://{} ({})",
-        running.addr,
-        routes.join(", ")
-    );
+    let routes: Vec<String> =
+        config.routes.iter().map(|r| format!("{} -> {}", r.path, r.upstream.url)).collect();
+    let running = sessionless::run(config).await.context("cannot start the gateway")?;
+    eprintln!("sessionless listening on http://{} ({})", running.addr, routes.join(", "));
     let token = running.shutdown_token();
     tokio::spawn(async move {
         signal().await;
@@ -123,13 +107,9 @@ async fn gateway(config: Config) -> anyhow::Result<()> {
 }
 
 async fn demo_upstream(listen: SocketAddr) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("cannot bind {listen}"))?;
-    eprintln!(
-        "sessionless demo upstream (legacy MCP) on http://{}/mcp",
-        listener.local_addr()?
-    );
+    let listener =
+        tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot bind {listen}"))?;
+    eprintln!("sessionless demo upstream (legacy MCP) on http://{}/mcp", listener.local_addr()?);
     sessionless::demo::serve(listener, signal()).await?;
     Ok(())
 }
@@ -139,12 +119,9 @@ async fn demo(listen: SocketAddr) -> anyhow::Result<()> {
     let upstream_url = format!("http://{}/mcp", upstream.local_addr()?);
     let stop = tokio_util::sync::CancellationToken::new();
     let stopped = stop.clone();
-    let demo = tokio::spawn(sessionless::demo::serve(upstream, async move {
-        stopped.cancelled().await
-    }));
-    let running = sessionless::run(Config::single(&upstream_url, listen)?)
-        .await
-        .context("cannot start the gateway")?;
+    let demo = tokio::spawn(sessionless::demo::serve(upstream, async move { stopped.cancelled().await }));
+    let running =
+        sessionless::run(Config::single(&upstream_url, listen)?).await.context("cannot start the gateway")?;
     let url = running.url("/mcp");
     println!("sessionless demo: gateway on {url}, built-in legacy server on {upstream_url}");
     println!("try:\n{}", demo_curls(&url));
@@ -160,9 +137,7 @@ async fn demo(listen: SocketAddr) -> anyhow::Result<()> {
 fn demo_curls(url: &str) -> String {
     let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
     let call = |method: &str, name: Option<&str>, params: &str| {
-        let name_header = name
-            .map(|n| format!(" -H 'Mcp-Name: {n}'"))
-            .unwrap_or_default();
+        let name_header = name.map(|n| format!(" -H 'Mcp-Name: {n}'")).unwrap_or_default();
         format!(
             "  curl -s {url} -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \\\n    -H 'MCP-Protocol-Version: 2026-07-28' -H 'Mcp-Method: {method}'{name_header} \\\n    -d '{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"{method}\",\"params\":{{{params}{meta}}}}}'\n"
         )
@@ -170,11 +145,7 @@ fn demo_curls(url: &str) -> String {
     [
         call("server/discover", None, ""),
         call("tools/list", None, ""),
-        call(
-            "tools/call",
-            Some("echo"),
-            r#""name":"echo","arguments":{"text":"hello"},"#,
-        ),
+        call("tools/call", Some("echo"), r#""name":"echo","arguments":{"text":"hello"},"#),
         call(
             "tools/call",
             Some("slow"),

@@ -10,9 +10,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 /// Request duration buckets, seconds: sub-millisecond proxying up to long tool calls.
-pub const DURATION_BUCKETS: [f64; 14] = [
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 120.0,
-];
+pub const DURATION_BUCKETS: [f64; 14] =
+    [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 120.0];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -97,11 +96,7 @@ impl Metrics {
             parked_flows_expired: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("sessionless");
-        r.register(
-            "requests",
-            "Client requests by generation and outcome",
-            m.requests.clone(),
-        );
+        r.register("requests", "Client requests by generation and outcome", m.requests.clone());
         r.register(
             "request_duration_seconds",
             "Time from request to the last byte of the answer",
@@ -112,31 +107,15 @@ impl Metrics {
             "HTTP requests sent upstream by status class",
             m.upstream_requests.clone(),
         );
-        r.register(
-            "upstream_sessions_open",
-            "Legacy upstream sessions held",
-            m.sessions_open.clone(),
-        );
-        r.register(
-            "upstream_sessions_initialized",
-            "Legacy sessions opened",
-            m.sessions_initialized.clone(),
-        );
-        r.register(
-            "upstream_sessions_expired",
-            "Upstream 404s on a session",
-            m.sessions_expired.clone(),
-        );
+        r.register("upstream_sessions_open", "Legacy upstream sessions held", m.sessions_open.clone());
+        r.register("upstream_sessions_initialized", "Legacy sessions opened", m.sessions_initialized.clone());
+        r.register("upstream_sessions_expired", "Upstream 404s on a session", m.sessions_expired.clone());
         r.register(
             "upstream_sessions_reinitialized",
             "Requests resent on a fresh session after a 404",
             m.sessions_reinitialized.clone(),
         );
-        r.register(
-            "upstream_sessions_closed",
-            "Sessions closed, by reason",
-            m.sessions_closed.clone(),
-        );
+        r.register("upstream_sessions_closed", "Sessions closed, by reason", m.sessions_closed.clone());
         r.register(
             "stale_session_headers_dropped",
             "Mcp-Session-Id / Last-Event-ID headers dropped from modern requests",
@@ -157,21 +136,9 @@ impl Metrics {
             "requestState values rejected, by reason",
             m.request_state_rejected.clone(),
         );
-        r.register(
-            "listen_streams_open",
-            "subscriptions/listen streams open",
-            m.listen_streams_open.clone(),
-        );
-        r.register(
-            "mrtr_rounds",
-            "input_required rounds sent to clients",
-            m.mrtr_rounds.clone(),
-        );
-        r.register(
-            "parked_flows_open",
-            "Upstream calls paused on a question",
-            m.parked_flows_open.clone(),
-        );
+        r.register("listen_streams_open", "subscriptions/listen streams open", m.listen_streams_open.clone());
+        r.register("mrtr_rounds", "input_required rounds sent to clients", m.mrtr_rounds.clone());
+        r.register("parked_flows_open", "Upstream calls paused on a question", m.parked_flows_open.clone());
         r.register(
             "parked_flows_expired",
             "Paused calls whose retry never came (questions declined upstream)",
@@ -181,9 +148,7 @@ impl Metrics {
     }
 
     pub fn route(route: &str) -> RouteLabels {
-        RouteLabels {
-            route: route.to_string(),
-        }
+        RouteLabels { route: route.to_string() }
     }
 }
 
@@ -225,15 +190,12 @@ mod dashboard_tests {
             .filter_map(|l| l.strip_prefix("# TYPE "))
             .filter_map(|l| l.split(' ').next())
             .collect();
-        let path =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("dashboards/sessionless.json");
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("dashboards/sessionless.json");
         let dashboard = std::fs::read_to_string(path).unwrap();
         let mut used = std::collections::BTreeSet::new();
         for (i, _) in dashboard.match_indices("sessionless_") {
-            let name: String = dashboard[i..]
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
+            let name: String =
+                dashboard[i..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
             used.insert(name);
         }
         for name in &used {
@@ -241,16 +203,10 @@ mod dashboard_tests {
                 .iter()
                 .find_map(|s| name.strip_suffix(s))
                 .unwrap_or(name);
-            assert!(
-                families.contains(&family),
-                "dashboard uses unknown metric {name}"
-            );
+            assert!(families.contains(&family), "dashboard uses unknown metric {name}");
         }
         for family in &families {
-            assert!(
-                used.iter().any(|u| u.starts_with(family)),
-                "dashboard misses {family}"
-            );
+            assert!(used.iter().any(|u| u.starts_with(family)), "dashboard misses {family}");
         }
     }
 }

@@ -23,12 +23,7 @@ pub struct ParkingLot<T> {
 
 impl<T> ParkingLot<T> {
     pub fn new(cap: usize, ttl: Duration) -> ParkingLot<T> {
-        ParkingLot {
-            map: DashMap::new(),
-            len: AtomicUsize::new(0),
-            cap,
-            ttl,
-        }
+        ParkingLot { map: DashMap::new(), len: AtomicUsize::new(0), cap, ttl }
     }
 
     pub fn ttl(&self) -> Duration {
@@ -77,12 +72,8 @@ impl<T> ParkingLot<T> {
     /// Removes and returns every flow whose TTL has passed.
     pub fn expired(&self) -> Vec<T> {
         let now = Instant::now();
-        let ids: Vec<String> = self
-            .map
-            .iter()
-            .filter(|e| e.expires <= now)
-            .map(|e| e.key().clone())
-            .collect();
+        let ids: Vec<String> =
+            self.map.iter().filter(|e| e.expires <= now).map(|e| e.key().clone()).collect();
         ids.iter()
             .filter_map(|id| self.map.remove_if(id, |_, e| e.expires <= now))
             .map(|(_, e)| {
@@ -95,9 +86,7 @@ impl<T> ParkingLot<T> {
     /// Removes and returns every flow (shutdown).
     pub fn drain(&self) -> Vec<T> {
         let ids: Vec<String> = self.map.iter().map(|e| e.key().clone()).collect();
-        ids.iter()
-            .filter_map(|id| self.take(id).map(|(v, _)| v))
-            .collect()
+        ids.iter().filter_map(|id| self.take(id).map(|(v, _)| v)).collect()
     }
 }
 

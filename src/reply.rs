@@ -16,9 +16,7 @@ pub type Body = BoxBody<Bytes, BoxError>;
 
 /// A complete in-memory body.
 pub fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into())
-        .map_err(|never| match never {})
-        .boxed()
+    Full::new(bytes.into()).map_err(|never| match never {}).boxed()
 }
 
 /// The client went away (closed its connection or stream).
@@ -43,13 +41,7 @@ const SSE_BUFFER: usize = 32;
 impl Reply {
     pub fn new(accepts_sse: bool) -> (Reply, oneshot::Receiver<Response<Body>>) {
         let (tx, rx) = oneshot::channel();
-        (
-            Reply {
-                state: State::Pending(tx),
-                accepts_sse,
-            },
-            rx,
-        )
+        (Reply { state: State::Pending(tx), accepts_sse }, rx)
     }
 
     pub fn is_streaming(&self) -> bool {
@@ -60,14 +52,10 @@ impl Reply {
         let State::Pending(_) = self.state else {
             return Ok(());
         };
-        let State::Pending(tx) = std::mem::replace(&mut self.state, State::Done) else {
-            unreachable!()
-        };
+        let State::Pending(tx) = std::mem::replace(&mut self.state, State::Done) else { unreachable!() };
         let (stx, srx) = mpsc::channel::<Bytes>(SSE_BUFFER);
         let stream = futures_util::stream::unfold(srx, |mut rx| async move {
-            rx.recv()
-                .await
-                .map(|b| (Ok::<_, BoxError>(Frame::data(b)), rx))
+            rx.recv().await.map(|b| (Ok::<_, BoxError>(Frame::data(b)), rx))
         });
         let resp = Response::builder()
             .status(StatusCode::OK)
@@ -152,18 +140,9 @@ pub fn json_response(status: StatusCode, message: &Value) -> Response<Body> {
     let mut resp = Response::new(full(body));
     *resp.status_mut() = status;
     let headers = resp.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    if matches!(
-        status,
-        StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS
-    ) {
-        headers.insert(
-            header::RETRY_AFTER,
-            HeaderValue::from_static(RETRY_AFTER_SECONDS),
-        );
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if matches!(status, StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS) {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECONDS));
     }
     resp
 }
@@ -177,7 +156,6 @@ pub fn empty(status: StatusCode) -> Response<Body> {
 pub fn text(status: StatusCode, content_type: &'static str, body: String) -> Response<Body> {
     let mut resp = Response::new(full(body));
     *resp.status_mut() = status;
-    resp.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     resp
 }

@@ -50,9 +50,7 @@ pub struct Sealer {
 
 impl std::fmt::Debug for Sealer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list()
-            .entries(self.keys.iter().map(|k| &k.id))
-            .finish()
+        f.debug_list().entries(self.keys.iter().map(|k| &k.id)).finish()
     }
 }
 
@@ -62,10 +60,7 @@ impl Sealer {
         let keys = if keys.is_empty() {
             let mut bytes = [0u8; 32];
             rand::thread_rng().fill_bytes(&mut bytes);
-            vec![SealKey {
-                id: "ephemeral".into(),
-                bytes,
-            }]
+            vec![SealKey { id: "ephemeral".into(), bytes }]
         } else {
             keys
         };
@@ -75,8 +70,7 @@ impl Sealer {
     fn cipher(key: &SealKey, salt: &[u8]) -> Aes256Gcm {
         let hk = Hkdf::<Sha256>::new(Some(salt), &key.bytes);
         let mut sub = [0u8; 32];
-        hk.expand(INFO, &mut sub)
-            .expect("32 bytes is a valid HKDF length");
+        hk.expand(INFO, &mut sub).expect("32 bytes is a valid HKDF length");
         Aes256Gcm::new((&sub).into())
     }
 
@@ -88,13 +82,7 @@ impl Sealer {
         rand::thread_rng().fill_bytes(&mut salt_nonce);
         let (salt, nonce) = salt_nonce.split_at(SALT_LEN);
         let ct = Self::cipher(key, salt)
-            .encrypt(
-                Nonce::from_slice(nonce),
-                Payload {
-                    msg: plaintext,
-                    aad,
-                },
-            )
+            .encrypt(Nonce::from_slice(nonce), Payload { msg: plaintext, aad })
             .expect("AES-GCM encryption does not fail for in-memory buffers");
         let mut out = Vec::with_capacity(2 + id.len() + salt_nonce.len() + ct.len());
         out.push(VERSION);
@@ -106,9 +94,7 @@ impl Sealer {
     }
 
     pub fn open(&self, aad: &[u8], blob: &str) -> Result<Vec<u8>, SealError> {
-        let raw = URL_SAFE_NO_PAD
-            .decode(blob)
-            .map_err(|_| SealError::Malformed)?;
+        let raw = URL_SAFE_NO_PAD.decode(blob).map_err(|_| SealError::Malformed)?;
         let (&version, rest) = raw.split_first().ok_or(SealError::Malformed)?;
         let (&id_len, rest) = rest.split_first().ok_or(SealError::Malformed)?;
         if version != VERSION || rest.len() < id_len as usize + SALT_LEN + NONCE_LEN + 16 {
@@ -117,11 +103,7 @@ impl Sealer {
         let (id, rest) = rest.split_at(id_len as usize);
         let (salt, rest) = rest.split_at(SALT_LEN);
         let (nonce, ct) = rest.split_at(NONCE_LEN);
-        let key = self
-            .keys
-            .iter()
-            .find(|k| k.id.as_bytes() == id)
-            .ok_or(SealError::UnknownKey)?;
+        let key = self.keys.iter().find(|k| k.id.as_bytes() == id).ok_or(SealError::UnknownKey)?;
         Self::cipher(key, salt)
             .decrypt(Nonce::from_slice(nonce), Payload { msg: ct, aad })
             .map_err(|_| SealError::Forged)
@@ -133,10 +115,7 @@ mod tests {
     use super::*;
 
     fn key(id: &str, b: u8) -> SealKey {
-        SealKey {
-            id: id.into(),
-            bytes: [b; 32],
-        }
+        SealKey { id: id.into(), bytes: [b; 32] }
     }
 
     #[test]
@@ -145,11 +124,7 @@ mod tests {
         let blob = s.seal(b"route", b"hello");
         assert_eq!(s.open(b"route", &blob).unwrap(), b"hello");
         assert_eq!(s.open(b"other", &blob), Err(SealError::Forged));
-        assert_ne!(
-            s.seal(b"route", b"hello"),
-            blob,
-            "fresh salt and nonce per seal"
-        );
+        assert_ne!(s.seal(b"route", b"hello"), blob, "fresh salt and nonce per seal");
     }
 
     #[test]
@@ -159,10 +134,7 @@ mod tests {
         for i in 0..raw.len() * 8 {
             let mut bad = raw.clone();
             bad[i / 8] ^= 1 << (i % 8);
-            assert!(
-                s.open(b"a", &URL_SAFE_NO_PAD.encode(&bad)).is_err(),
-                "bit {i}"
-            );
+            assert!(s.open(b"a", &URL_SAFE_NO_PAD.encode(&bad)).is_err(), "bit {i}");
         }
     }
 

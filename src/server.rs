@@ -18,6 +18,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::bridge::legacy::{Caller, Legacy};
+use crate::cluster;
 use crate::config::{Config, Route};
 use crate::error::{error_body, Error};
 use crate::front::{self, Message, SUPPORTED_VERSIONS};
@@ -41,9 +42,7 @@ impl Gateway {
         let sealer = Arc::new(Sealer::new(config.keys.clone()));
         let legacy = Arc::new(Legacy::new(&config, sealer, metrics.clone(), shutdown));
         Gateway {
-            limit: Arc::new(tokio::sync::Semaphore::new(
-                config.limits.max_concurrent_requests,
-            )),
+            limit: Arc::new(tokio::sync::Semaphore::new(config.limits.max_concurrent_requests)),
             config: Arc::new(config),
             legacy,
             metrics,
@@ -56,21 +55,23 @@ impl Gateway {
         &self.legacy
     }
 
-    pub fn set_draining(&self) {
+    /// Refuses new calls and waits until no paused call is left here (their
+    /// retries are still served) or `deadline` passes.
+    pub async fn drain(&self, deadline: std::time::Duration) {
         self.draining.store(true, Ordering::SeqCst);
+        let until = tokio::time::Instant::now() + deadline;
+        while self.legacy.parked_flows() > 0 && tokio::time::Instant::now() < until {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        tracing::info!(left = self.legacy.parked_flows(), "drain finished");
     }
 
-    pub async fn handle(
-        self: Arc<Self>,
-        req: Request<Incoming>,
-    ) -> Result<Response<Body>, Infallible> {
+    pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
         let resp = match req.uri().path() {
             "/healthz" => reply::text(StatusCode::OK, "text/plain", "ok\n".into()),
-            "/readyz" if self.draining.load(Ordering::SeqCst) => reply::text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "text/plain",
-                "draining\n".into(),
-            ),
+            "/readyz" if self.draining.load(Ordering::SeqCst) => {
+                reply::text(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "draining\n".into())
+            }
             "/readyz" => reply::text(StatusCode::OK, "text/plain", "ready\n".into()),
             "/metrics" => self.metrics_text(),
             path => match self.config.route_for(path).cloned() {
@@ -84,11 +85,9 @@ impl Gateway {
     fn metrics_text(&self) -> Response<Body> {
         let mut out = String::new();
         match prometheus_client::encoding::text::encode(&mut out, &self.registry) {
-            Ok(()) => reply::text(
-                StatusCode::OK,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                out,
-            ),
+            Ok(()) => {
+                reply::text(StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", out)
+            }
             Err(_) => reply::empty(StatusCode::INTERNAL_SERVER_ERROR),
         }
     }
@@ -103,10 +102,7 @@ impl Gateway {
         self.metrics.requests.get_or_create(&labels).inc();
         self.metrics
             .request_duration
-            .get_or_create(&MethodLabels {
-                route: route.path.clone(),
-                method: method.to_string(),
-            })
+            .get_or_create(&MethodLabels { route: route.path.clone(), method: method.to_string() })
             .observe(started.elapsed().as_secs_f64());
         tracing::debug!(
             target: "sessionless::access",
@@ -127,10 +123,8 @@ impl Gateway {
     ) -> Response<Body> {
         self.count(route, "invalid", err.reason(), started);
         if err.status() == StatusCode::METHOD_NOT_ALLOWED {
-            let mut resp =
-                reply::json_response(err.status(), &error_body(id, err, SUPPORTED_VERSIONS));
-            resp.headers_mut()
-                .insert(http::header::ALLOW, http::HeaderValue::from_static("POST"));
+            let mut resp = reply::json_response(err.status(), &error_body(id, err, SUPPORTED_VERSIONS));
+            resp.headers_mut().insert(http::header::ALLOW, http::HeaderValue::from_static("POST"));
             return resp;
         }
         reply::json_response(err.status(), &error_body(id, err, SUPPORTED_VERSIONS))
@@ -147,28 +141,74 @@ impl Gateway {
             Err(e) => return self.reject(&route, None, &e, started),
         };
         self.count_stale_headers(&parts.headers);
-        let call = match front::parse(&parts.headers, &body) {
+        let caller = Caller {
+            principal: crate::guard::principal(&parts.headers),
+            headers: Caller::mcp_headers(&parts.headers),
+            body,
+            forwarded: false,
+        };
+        self.dispatch(route, caller, started).await
+    }
+
+    /// The internal listener (cluster mode): a retry forwarded by another
+    /// replica, with the caller's principal, to be answered as if received here.
+    pub async fn internal(self: Arc<Self>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+        let started = Instant::now();
+        let Some(cluster) = &self.config.cluster else {
+            return Ok(cluster::refusal(StatusCode::NOT_FOUND));
+        };
+        if req.uri().path() != cluster::RETRY_PATH || req.method() != http::Method::POST {
+            return Ok(cluster::refusal(StatusCode::NOT_FOUND));
+        }
+        if !cluster::authorized(req.headers(), &cluster.secret) {
+            tracing::warn!("internal listener: request without the cluster secret refused");
+            return Ok(cluster::refusal(StatusCode::UNAUTHORIZED));
+        }
+        let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let (Some(route_path), Some(principal)) =
+            (header(cluster::ROUTE_HEADER), header(cluster::PRINCIPAL_HEADER))
+        else {
+            return Ok(cluster::refusal(StatusCode::BAD_REQUEST));
+        };
+        let Some(route) = self.config.route_for(&route_path).cloned() else {
+            return Ok(cluster::refusal(StatusCode::NOT_FOUND));
+        };
+        let (parts, body) = req.into_parts();
+        let body = match read_body(body, self.config.limits.max_body_bytes).await {
+            Ok(b) => b,
+            Err(e) => return Ok(self.reject(&route, None, &e, started)),
+        };
+        let caller =
+            Caller { principal, headers: Caller::mcp_headers(&parts.headers), body, forwarded: true };
+        Ok(self.dispatch(route, caller, started).await)
+    }
+
+    /// Parses the request and runs it to its answer: front → bridge → reply.
+    async fn dispatch(
+        self: Arc<Self>,
+        route: Arc<Route>,
+        caller: Caller,
+        started: Instant,
+    ) -> Response<Body> {
+        let call = match front::parse(&caller.headers, &caller.body) {
             Ok(Message::Notification) => return reply::empty(StatusCode::ACCEPTED),
             Ok(Message::Call(call)) => *call,
             Err(rej) => return self.reject(&route, rej.id.as_ref(), &rej.error, started),
         };
+        // Draining: retries of paused calls are still served, new calls go elsewhere.
+        if self.draining.load(Ordering::SeqCst) && !call.params.contains_key("requestState") {
+            return self.reject(&route, Some(&call.id), &Error::Overloaded, started);
+        }
         let Ok(permit) = self.limit.clone().try_acquire_owned() else {
             return self.reject(&route, Some(&call.id), &Error::Overloaded, started);
         };
-        let caller = Caller {
-            principal: crate::guard::principal(&parts.headers),
-            param_headers: param_headers(&parts.headers),
-        };
-        let (reply, answer) = Reply::new(crate::guard::accepts_sse(&parts.headers));
+        let (reply, answer) = Reply::new(crate::guard::accepts_sse(&caller.headers));
         let method = call.method.as_str();
         let gateway = self.clone();
         // The call runs in its own task so that a client going away is noticed
         // (and the upstream told to cancel) instead of the work being dropped.
         tokio::spawn(async move {
-            let outcome = gateway
-                .legacy
-                .serve(route.clone(), call, caller, reply)
-                .await;
+            let outcome = gateway.legacy.serve(route.clone(), call, caller, reply).await;
             gateway.count(&route, method, outcome, started);
             drop(permit);
         });
@@ -176,36 +216,20 @@ impl Gateway {
             Ok(resp) => resp,
             Err(_) => reply::json_response(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                &error_body(
-                    None,
-                    &Error::Internal("reply dropped".into()),
-                    SUPPORTED_VERSIONS,
-                ),
+                &error_body(None, &Error::Internal("reply dropped".into()), SUPPORTED_VERSIONS),
             ),
         }
     }
 
     fn count_stale_headers(&self, headers: &HeaderMap) {
-        for (name, label) in [
-            (front::headers::SESSION_ID, "mcp-session-id"),
-            (front::headers::LAST_EVENT_ID, "last-event-id"),
-        ] {
+        for (name, label) in
+            [(front::headers::SESSION_ID, "mcp-session-id"), (front::headers::LAST_EVENT_ID, "last-event-id")]
+        {
             if headers.contains_key(name) {
-                self.metrics
-                    .stale_headers_dropped
-                    .get_or_create(&HeaderLabels { header: label })
-                    .inc();
+                self.metrics.stale_headers_dropped.get_or_create(&HeaderLabels { header: label }).inc();
             }
         }
     }
-}
-
-fn param_headers(headers: &HeaderMap) -> HeaderMap {
-    headers
-        .iter()
-        .filter(|(k, _)| k.as_str().starts_with("mcp-param-"))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
 }
 
 async fn read_body(body: Incoming, max: usize) -> Result<Bytes, Error> {
@@ -216,13 +240,25 @@ async fn read_body(body: Incoming, max: usize) -> Result<Bytes, Error> {
     }
 }
 
-/// Accepts connections until `shutdown` fires, then drains them.
-pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener, shutdown: CancellationToken) {
+/// Which listener a connection came in on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    /// Clients, `/metrics`, health.
+    Public,
+    /// Retries forwarded by other replicas (cluster mode).
+    Internal,
+}
+
+/// Open requests get this long to finish once the listeners close.
+const GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Accepts connections until `stop` fires, then gives open ones a short grace.
+pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener, stop: CancellationToken, kind: Listener) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let builder = auto::Builder::new(TokioExecutor::new());
     loop {
         let (stream, _peer): (_, SocketAddr) = tokio::select! {
-            _ = shutdown.cancelled() => break,
+            _ = stop.cancelled() => break,
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
@@ -234,21 +270,23 @@ pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener, shutdown: Cance
         };
         let _ = stream.set_nodelay(true);
         let gw = gateway.clone();
-        let service = hyper::service::service_fn(move |req| gw.clone().handle(req));
+        let service = hyper::service::service_fn(move |req| {
+            let gw = gw.clone();
+            async move {
+                match kind {
+                    Listener::Public => gw.handle(req).await,
+                    Listener::Internal => gw.internal(req).await,
+                }
+            }
+        });
         let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
         let conn = graceful.watch(conn.into_owned());
         tokio::spawn(async move {
             let _ = conn.await;
         });
     }
-    gateway.set_draining();
     drop(listener);
-    let drain = gateway.config.drain_timeout;
-    if tokio::time::timeout(drain, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("drain deadline passed with connections still open");
+    if tokio::time::timeout(GRACE, graceful.shutdown()).await.is_err() {
+        tracing::warn!(?kind, "connections still open after the grace period");
     }
-    gateway.legacy.pool().close_all().await;
 }

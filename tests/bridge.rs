@@ -12,10 +12,7 @@ const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-
 #[tokio::test]
 async fn tools_call_json_result_is_shaped_and_session_state_stays_hidden() {
     let up = FakeUpstream::new()
-        .on(
-            "tools/call",
-            Answer::Result(json!({"content": [{"type": "text", "text": "sunny"}]})),
-        )
+        .on("tools/call", Answer::Result(json!({"content": [{"type": "text", "text": "sunny"}]})))
         .start()
         .await;
     let gw = Gateway::start(up.url()).await;
@@ -35,10 +32,7 @@ async fn tools_call_json_result_is_shaped_and_session_state_stays_hidden() {
     assert_eq!(reply.body["id"], "client-id-42");
     let result = reply.result();
     assert_eq!(result["resultType"], "complete");
-    assert_eq!(
-        result["_meta"][SERVER_INFO],
-        json!({"name": "fake-upstream", "version": "9.9.9"})
-    );
+    assert_eq!(result["_meta"][SERVER_INFO], json!({"name": "fake-upstream", "version": "9.9.9"}));
     assert_eq!(result["content"][0]["text"], "sunny");
     assert!(result.get("ttlMs").is_none(), "tools/call is not cacheable");
     assert!(reply.header("mcp-session-id").is_none());
@@ -47,27 +41,17 @@ async fn tools_call_json_result_is_shaped_and_session_state_stays_hidden() {
     let calls = up.calls("tools/call");
     assert_eq!(calls.len(), 1, "{}", up.dump());
     let sent = &calls[0];
-    assert_ne!(
-        sent.body["id"],
-        json!("client-id-42"),
-        "the gateway mints ids"
-    );
+    assert_ne!(sent.body["id"], json!("client-id-42"), "the gateway mints ids");
     assert!(sent.body["id"].is_number() || sent.body["id"].is_string());
     assert_eq!(sent.body["params"]["name"], "weather");
     assert_eq!(sent.body["params"]["arguments"], json!({"city": "Paris"}));
     let meta = sent.body["params"]["_meta"].clone();
     assert!(
-        meta.get("io.modelcontextprotocol/protocolVersion")
-            .is_none()
-            && meta
-                .get("io.modelcontextprotocol/clientCapabilities")
-                .is_none(),
+        meta.get("io.modelcontextprotocol/protocolVersion").is_none()
+            && meta.get("io.modelcontextprotocol/clientCapabilities").is_none(),
         "modern-only _meta keys are stripped: {meta}"
     );
-    assert_eq!(
-        meta["traceparent"], TRACEPARENT,
-        "traceparent is propagated"
-    );
+    assert_eq!(meta["traceparent"], TRACEPARENT, "traceparent is propagated");
     assert!(sent.session().unwrap().starts_with("fake-session-"));
     for seen in up.seen() {
         assert_ne!(seen.session(), Some("client-stale-session"), "{seen:?}");
@@ -149,11 +133,7 @@ async fn sse_answer_forwards_only_what_the_client_asked_for() {
     let call = up.calls("tools/call").remove(0);
     let upstream_token = &call.body["params"]["_meta"]["progressToken"];
     assert!(!upstream_token.is_null(), "a progress token goes upstream");
-    assert_ne!(
-        upstream_token,
-        &json!("client-token"),
-        "the gateway mints tokens"
-    );
+    assert_ne!(upstream_token, &json!("client-token"), "the gateway mints tokens");
     let pong = up
         .responses()
         .into_iter()
@@ -166,10 +146,7 @@ async fn sse_answer_forwards_only_what_the_client_asked_for() {
 #[tokio::test]
 async fn client_disconnect_cancels_the_upstream_request() {
     let up = FakeUpstream::new()
-        .on(
-            "tools/call",
-            Answer::Sse(vec![Step::progress(0.1), Step::hang()]),
-        )
+        .on("tools/call", Answer::Sse(vec![Step::progress(0.1), Step::hang()]))
         .start()
         .await;
     let gw = Gateway::start(up.url()).await;
@@ -186,30 +163,20 @@ async fn client_disconnect_cancels_the_upstream_request() {
     assert_eq!(first["method"], "notifications/progress");
     drop(events);
 
-    let cancelled = up
-        .wait_for("notifications/cancelled", |s| {
-            s.rpc_method() == Some("notifications/cancelled")
-        })
-        .await;
+    let cancelled =
+        up.wait_for("notifications/cancelled", |s| s.rpc_method() == Some("notifications/cancelled")).await;
     let call = up.calls("tools/call").remove(0);
     assert_eq!(cancelled.body["params"]["requestId"], call.body["id"]);
     assert_ne!(cancelled.body["params"]["requestId"], json!("will-leave"));
     assert_eq!(cancelled.session(), call.session());
-    assert_eq!(
-        gw.settled_metric("sessionless_upstream_cancellations_total", 1.0)
-            .await,
-        1.0
-    );
+    assert_eq!(gw.settled_metric("sessionless_upstream_cancellations_total", 1.0).await, 1.0);
     gw.assert_healthy().await;
 }
 
 #[tokio::test]
 async fn resource_not_found_maps_to_invalid_params() {
     let up = FakeUpstream::new()
-        .on(
-            "resources/read",
-            Answer::Error(-32002, "Resource not found".into()),
-        )
+        .on("resources/read", Answer::Error(-32002, "Resource not found".into()))
         .start()
         .await;
     let gw = Gateway::start(up.url()).await;
@@ -239,10 +206,8 @@ async fn upstream_method_not_found_is_a_404() {
 
 fn paged_tools(req: &Value) -> Answer {
     match req.pointer("/params/cursor").and_then(Value::as_str) {
-        None => Answer::Result(
-            json!({"tools": [{"name": "a", "inputSchema": {"type": "object"}}],
-            "nextCursor": "upstream-page-2"}),
-        ),
+        None => Answer::Result(json!({"tools": [{"name": "a", "inputSchema": {"type": "object"}}],
+            "nextCursor": "upstream-page-2"})),
         Some("upstream-page-2") => {
             Answer::Result(json!({"tools": [{"name": "b", "inputSchema": {"type": "object"}}]}))
         }
@@ -252,28 +217,17 @@ fn paged_tools(req: &Value) -> Answer {
 
 #[tokio::test]
 async fn pagination_cursors_are_sealed_and_pinned_to_their_session() {
-    let up = FakeUpstream::new()
-        .on_fn("tools/list", paged_tools)
-        .start()
-        .await;
+    let up = FakeUpstream::new().on_fn("tools/list", paged_tools).start().await;
     let gw = Gateway::start(up.url()).await;
 
     let page1 = gw.request("tools/list").id(json!(1)).send().await;
     assert_eq!(page1.status, 200, "{}", page1.raw);
     assert_eq!(page1.result()["tools"][0]["name"], "a");
-    let sealed = page1.result()["nextCursor"]
-        .as_str()
-        .expect("a next cursor")
-        .to_string();
+    let sealed = page1.result()["nextCursor"].as_str().expect("a next cursor").to_string();
     assert_ne!(sealed, "upstream-page-2");
     assert!(!sealed.contains("upstream-page-2"));
 
-    let page2 = gw
-        .request("tools/list")
-        .id(json!(2))
-        .params(json!({"cursor": sealed}))
-        .send()
-        .await;
+    let page2 = gw.request("tools/list").id(json!(2)).params(json!({"cursor": sealed})).send().await;
     assert_eq!(page2.status, 200, "{}", page2.raw);
     assert_eq!(page2.body["id"], 2);
     assert_eq!(page2.result()["tools"][0]["name"], "b");
@@ -285,18 +239,9 @@ async fn pagination_cursors_are_sealed_and_pinned_to_their_session() {
     assert_eq!(lists[1].session(), lists[0].session());
 
     let tampered = tamper(&sealed);
-    let reply = gw
-        .request("tools/list")
-        .id(json!(3))
-        .params(json!({"cursor": tampered}))
-        .send()
-        .await;
+    let reply = gw.request("tools/list").id(json!(3)).params(json!({"cursor": tampered})).send().await;
     reply.assert_error(400, -32602, &json!(3));
-    assert_eq!(
-        up.calls("tools/list").len(),
-        2,
-        "a bad cursor never goes upstream"
-    );
+    assert_eq!(up.calls("tools/list").len(), 2, "a bad cursor never goes upstream");
 }
 
 /// Changes one character in the middle of a base64url string.
@@ -320,24 +265,13 @@ async fn discover_is_answered_from_the_cached_initialize_result() {
     let result = first.result();
     assert_eq!(result["resultType"], "complete");
     assert_eq!(result["supportedVersions"], json!(["2026-07-28"]));
-    assert_eq!(
-        result["capabilities"]["tools"],
-        json!({"listChanged": true})
-    );
+    assert_eq!(result["capabilities"]["tools"], json!({"listChanged": true}));
     assert_eq!(result["_meta"][SERVER_INFO]["name"], "fake-upstream");
-    assert!(
-        result["ttlMs"].is_u64() && result["cacheScope"].is_string(),
-        "{result}"
-    );
+    assert!(result["ttlMs"].is_u64() && result["cacheScope"].is_string(), "{result}");
     assert_eq!(second.status, 200);
     assert_eq!(second.body["id"], "d-2");
     assert_eq!(up.initializes(), 1, "{}", up.dump());
-    assert_eq!(
-        up.seen().len(),
-        2,
-        "initialize + initialized only: {}",
-        up.dump()
-    );
+    assert_eq!(up.seen().len(), 2, "initialize + initialized only: {}", up.dump());
 }
 
 /// Echoes the call's arguments back after a pause, so that calls overlap.
@@ -351,10 +285,7 @@ fn echo_slowly(req: &Value) -> Answer {
 
 #[tokio::test]
 async fn concurrent_calls_on_one_session_get_their_own_answers() {
-    let up = FakeUpstream::new()
-        .on_fn("tools/call", echo_slowly)
-        .start()
-        .await;
+    let up = FakeUpstream::new().on_fn("tools/call", echo_slowly).start().await;
     let gw = Gateway::start(up.url()).await;
 
     let calls = (0..5).map(|n| {
@@ -371,10 +302,7 @@ async fn concurrent_calls_on_one_session_get_their_own_answers() {
         assert_eq!(reply.body["id"], n);
         assert_eq!(reply.result()["structuredContent"]["n"], n);
         assert_eq!(reply.notes.len(), 1, "{:#?}", reply.notes);
-        assert_eq!(
-            reply.notes[0]["params"]["progressToken"],
-            format!("tok-{n}")
-        );
+        assert_eq!(reply.notes[0]["params"]["progressToken"], format!("tok-{n}"));
     }
     let sent = up.calls("tools/call");
     assert_eq!(sent.len(), 5);
@@ -413,12 +341,8 @@ async fn long_calls_are_kept_alive_with_sse_comments() {
         .await;
     let gw = Gateway::from_toml(QUICK_KEEPALIVE, up.url()).await;
 
-    let reply = gw
-        .request("tools/call")
-        .id(json!(4))
-        .params(json!({"name": "slow", "arguments": {}}))
-        .send()
-        .await;
+    let reply =
+        gw.request("tools/call").id(json!(4)).params(json!({"name": "slow", "arguments": {}})).send().await;
 
     assert_eq!(reply.status, 200, "{}", reply.raw);
     assert!(reply.is_sse(), "{:?}", reply.headers);
@@ -430,10 +354,7 @@ async fn long_calls_are_kept_alive_with_sse_comments() {
 
 #[tokio::test]
 async fn a_cursor_is_refused_to_another_principal() {
-    let up = FakeUpstream::new()
-        .on_fn("tools/list", paged_tools)
-        .start()
-        .await;
+    let up = FakeUpstream::new().on_fn("tools/list", paged_tools).start().await;
     let gw = Gateway::start(up.url()).await;
     let page1 = gw.request("tools/list").bearer("alice").send().await;
     let cursor = page1.result()["nextCursor"].as_str().unwrap().to_string();

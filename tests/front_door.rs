@@ -52,9 +52,7 @@ async fn text_plain_is_415() {
     let mut headers = modern_headers("tools/list");
     headers[0] = ("content-type", "text/plain");
 
-    let reply = gw
-        .post_raw(&headers, modern_body(json!(1), "tools/list"))
-        .await;
+    let reply = gw.post_raw(&headers, modern_body(json!(1), "tools/list")).await;
 
     assert_eq!(reply.status, 415, "{}", reply.raw);
     assert!(up.seen().is_empty(), "{}", up.dump());
@@ -98,9 +96,7 @@ async fn notification_is_202_with_no_body() {
         "io.modelcontextprotocol/clientCapabilities": {}}}})
     .to_string();
 
-    let reply = gw
-        .post_raw(&modern_headers("notifications/cancelled"), note)
-        .await;
+    let reply = gw.post_raw(&modern_headers("notifications/cancelled"), note).await;
 
     assert_eq!(reply.status, 202, "{}", reply.raw);
     assert!(reply.raw.is_empty(), "{}", reply.raw);
@@ -113,9 +109,7 @@ async fn foreign_origin_is_403() {
     let mut headers = modern_headers("tools/list");
     headers.push(("origin", "http://evil.example.com"));
 
-    let reply = gw
-        .post_raw(&headers, modern_body(json!(1), "tools/list"))
-        .await;
+    let reply = gw.post_raw(&headers, modern_body(json!(1), "tools/list")).await;
 
     assert_eq!(reply.status, 403, "{}", reply.raw);
     assert!(up.seen().is_empty(), "{}", up.dump());
@@ -128,18 +122,12 @@ async fn legacy_initialize_is_told_the_supported_versions() {
         "protocolVersion": "2025-11-25", "capabilities": {},
         "clientInfo": {"name": "old-client", "version": "1"}}})
     .to_string();
-    let headers = [
-        ("content-type", "application/json"),
-        ("accept", "application/json, text/event-stream"),
-    ];
+    let headers = [("content-type", "application/json"), ("accept", "application/json, text/event-stream")];
 
     let reply = gw.post_raw(&headers, init).await;
 
     reply.assert_error(400, -32022, &json!(1));
-    assert_eq!(
-        reply.body["error"]["data"]["supported"],
-        json!(["2026-07-28"])
-    );
+    assert_eq!(reply.body["error"]["data"]["supported"], json!(["2026-07-28"]));
     assert_eq!(reply.body["error"]["data"]["requested"], "2025-11-25");
     assert!(up.seen().is_empty(), "{}", up.dump());
 }
@@ -196,10 +184,7 @@ async fn unsupported_modern_version_is_400_with_the_supported_list() {
     let reply = gw.post_raw(&headers, body).await;
 
     reply.assert_error(400, -32022, &json!(11));
-    assert_eq!(
-        reply.body["error"]["data"]["supported"],
-        json!(["2026-07-28"])
-    );
+    assert_eq!(reply.body["error"]["data"]["supported"], json!(["2026-07-28"]));
     assert!(up.seen().is_empty(), "{}", up.dump());
 }
 
@@ -209,9 +194,7 @@ async fn foreign_host_is_403() {
     let mut headers = modern_headers("tools/list");
     headers.push(("host", "evil.example.com"));
 
-    let reply = gw
-        .post_raw(&headers, modern_body(json!(1), "tools/list"))
-        .await;
+    let reply = gw.post_raw(&headers, modern_body(json!(1), "tools/list")).await;
 
     assert_eq!(reply.status, 403, "{}", reply.raw);
     assert!(up.seen().is_empty(), "{}", up.dump());

@@ -22,20 +22,14 @@ async fn the_gateway_does_the_legacy_handshake_before_anything_else() {
     let steps: Vec<(Option<&str>, u16)> = seen.iter().map(|s| (s.rpc_method(), s.status)).collect();
     assert_eq!(
         steps,
-        [
-            (Some("initialize"), 200),
-            (Some("notifications/initialized"), 202),
-            (Some("tools/list"), 200)
-        ],
+        [(Some("initialize"), 200), (Some("notifications/initialized"), 202), (Some("tools/list"), 200)],
         "{}",
         up.dump()
     );
     assert!(seen[0].session().is_none(), "initialize carries no session");
     assert_eq!(seen[0].body["params"]["clientInfo"]["name"], "sessionless");
     assert!(seen[1].session().is_some() && seen[1].session() == seen[2].session());
-    assert!(seen[1..]
-        .iter()
-        .all(|s| s.header("accept") == Some("application/json, text/event-stream")));
+    assert!(seen[1..].iter().all(|s| s.header("accept") == Some("application/json, text/event-stream")));
 }
 
 #[tokio::test]
@@ -46,10 +40,7 @@ async fn an_initialize_answered_on_sse_opens_the_session() {
     let reply = gw.request("server/discover").send().await;
 
     assert_eq!(reply.status, 200, "{}", reply.raw);
-    assert_eq!(
-        reply.result()["_meta"][SERVER_INFO]["name"],
-        "fake-upstream"
-    );
+    assert_eq!(reply.result()["_meta"][SERVER_INFO]["name"], "fake-upstream");
     let listed = gw.request("tools/list").send().await;
     assert_eq!(listed.status, 200, "{}", listed.raw);
     assert_eq!(up.initializes(), 1);
@@ -57,10 +48,7 @@ async fn an_initialize_answered_on_sse_opens_the_session() {
 
 #[tokio::test]
 async fn the_negotiated_version_goes_on_every_later_request() {
-    let up = FakeUpstream::new()
-        .protocol_version("2025-06-18")
-        .start()
-        .await;
+    let up = FakeUpstream::new().protocol_version("2025-06-18").start().await;
     let gw = Gateway::start(up.url()).await;
 
     let reply = gw.request("tools/list").send().await;
@@ -69,16 +57,8 @@ async fn the_negotiated_version_goes_on_every_later_request() {
     let init = up.calls("initialize").remove(0);
     assert_eq!(init.body["params"]["protocolVersion"], "2025-11-25");
     assert_eq!(init.body["params"]["capabilities"], json!({}));
-    for seen in up
-        .seen()
-        .iter()
-        .filter(|s| s.rpc_method() != Some("initialize"))
-    {
-        assert_eq!(
-            seen.header("mcp-protocol-version"),
-            Some("2025-06-18"),
-            "{seen:?}"
-        );
+    for seen in up.seen().iter().filter(|s| s.rpc_method() != Some("initialize")) {
+        assert_eq!(seen.header("mcp-protocol-version"), Some("2025-06-18"), "{seen:?}");
     }
 }
 
@@ -101,17 +81,8 @@ async fn a_2025_03_26_upstream_gets_no_version_header() {
     let reply = gw.request("tools/list").send().await;
 
     assert_eq!(reply.status, 200, "{}", reply.raw);
-    assert_eq!(
-        up.calls("initialize")[0].body["params"]["protocolVersion"],
-        "2025-03-26"
-    );
-    assert!(
-        up.seen()
-            .iter()
-            .all(|s| s.header("mcp-protocol-version").is_none()),
-        "{}",
-        up.dump()
-    );
+    assert_eq!(up.calls("initialize")[0].body["params"]["protocolVersion"], "2025-03-26");
+    assert!(up.seen().iter().all(|s| s.header("mcp-protocol-version").is_none()), "{}", up.dump());
 }
 
 #[tokio::test]
@@ -123,18 +94,10 @@ async fn an_upstream_without_session_ids_is_served_without_them() {
         .await;
     let gw = Gateway::start(up.url()).await;
 
-    let reply = gw
-        .request("tools/call")
-        .params(json!({"name": "x", "arguments": {}}))
-        .send()
-        .await;
+    let reply = gw.request("tools/call").params(json!({"name": "x", "arguments": {}})).send().await;
 
     assert_eq!(reply.status, 200, "{}", reply.raw);
-    assert!(
-        up.seen().iter().all(|s| s.session().is_none()),
-        "{}",
-        up.dump()
-    );
+    assert!(up.seen().iter().all(|s| s.session().is_none()), "{}", up.dump());
 }
 
 #[tokio::test]
@@ -143,29 +106,17 @@ async fn principals_get_their_own_upstream_sessions() {
     let gw = Gateway::start(up.url()).await;
 
     for (id, token) in [(1, "alice-token"), (2, "bob-token"), (3, "alice-token")] {
-        let reply = gw
-            .request("tools/list")
-            .id(json!(id))
-            .bearer(token)
-            .send()
-            .await;
+        let reply = gw.request("tools/list").id(json!(id)).bearer(token).send().await;
         assert_eq!(reply.status, 200, "{}", reply.raw);
         assert_eq!(reply.body["id"], id);
     }
 
     assert_eq!(up.initializes(), 2, "{}", up.dump());
-    let sessions: Vec<_> = up
-        .calls("tools/list")
-        .iter()
-        .map(|s| s.session().map(str::to_string))
-        .collect();
+    let sessions: Vec<_> = up.calls("tools/list").iter().map(|s| s.session().map(str::to_string)).collect();
     assert_eq!(sessions.len(), 3);
     assert_ne!(sessions[0], sessions[1], "alice and bob share nothing");
     assert_eq!(sessions[0], sessions[2], "alice's session is reused");
-    assert!(up
-        .seen()
-        .iter()
-        .all(|s| s.header("authorization").is_none()));
+    assert!(up.seen().iter().all(|s| s.header("authorization").is_none()));
 }
 
 const ONE_SESSION: &str = r#"
@@ -225,19 +176,10 @@ async fn idle_sessions_are_closed_upstream() {
     })
     .await;
 
-    assert_eq!(
-        gw.settled_metric("sessionless_upstream_sessions_open", 0.0)
-            .await,
-        0.0
-    );
+    assert_eq!(gw.settled_metric("sessionless_upstream_sessions_open", 0.0).await, 0.0);
     let again = gw.request("tools/list").send().await;
     assert_eq!(again.status, 200, "{}", again.raw);
-    assert_eq!(
-        up.initializes(),
-        2,
-        "a new session after the idle one: {}",
-        up.dump()
-    );
+    assert_eq!(up.initializes(), 2, "a new session after the idle one: {}", up.dump());
 }
 
 #[tokio::test]
@@ -268,14 +210,9 @@ async fn shutdown_lets_a_call_in_flight_finish() {
         .start()
         .await;
     let gw = Gateway::start(up.url()).await;
-    let call = gw
-        .request("tools/call")
-        .id(json!(1))
-        .params(json!({"name": "slow", "arguments": {}}))
-        .send();
+    let call = gw.request("tools/call").id(json!(1)).params(json!({"name": "slow", "arguments": {}})).send();
     let shut = async {
-        up.wait_for("the call", |s| s.rpc_method() == Some("tools/call"))
-            .await;
+        up.wait_for("the call", |s| s.rpc_method() == Some("tools/call")).await;
         gw.begin_shutdown();
     };
 
@@ -283,26 +220,16 @@ async fn shutdown_lets_a_call_in_flight_finish() {
 
     assert_eq!(reply.status, 200, "{}", reply.raw);
     assert_eq!(reply.result()["content"][0]["text"], "finished");
-    up.wait_for("the session to be closed at shutdown", |s| {
-        s.method == Method::DELETE
-    })
-    .await;
+    up.wait_for("the session to be closed at shutdown", |s| s.method == Method::DELETE).await;
 }
 
 #[tokio::test]
 async fn metrics_count_requests_and_sessions() {
-    let up = FakeUpstream::new()
-        .on("tools/call", Answer::Result(json!({"content": []})))
-        .start()
-        .await;
+    let up = FakeUpstream::new().on("tools/call", Answer::Result(json!({"content": []}))).start().await;
     let gw = Gateway::start(up.url()).await;
-    let stale_before = gw
-        .metric("sessionless_stale_session_headers_dropped_total")
-        .await;
+    let stale_before = gw.metric("sessionless_stale_session_headers_dropped_total").await;
     let requests_before = gw.metric("sessionless_requests_total").await;
-    let sessions_before = gw
-        .metric("sessionless_upstream_sessions_initialized_total")
-        .await;
+    let sessions_before = gw.metric("sessionless_upstream_sessions_initialized_total").await;
 
     let reply = gw
         .request("tools/call")
@@ -312,22 +239,13 @@ async fn metrics_count_requests_and_sessions() {
         .await;
     assert_eq!(reply.status, 200, "{}", reply.raw);
 
-    let requests = gw
-        .wait_metric("sessionless_requests_total", requests_before + 1.0)
-        .await;
+    let requests = gw.wait_metric("sessionless_requests_total", requests_before + 1.0).await;
     assert_eq!(requests, requests_before + 1.0);
-    let sessions = gw
-        .metric("sessionless_upstream_sessions_initialized_total")
-        .await;
+    let sessions = gw.metric("sessionless_upstream_sessions_initialized_total").await;
     assert_eq!(sessions, sessions_before + 1.0);
-    let stale = gw
-        .metric("sessionless_stale_session_headers_dropped_total")
-        .await;
+    let stale = gw.metric("sessionless_stale_session_headers_dropped_total").await;
     assert_eq!(stale, stale_before + 1.0);
     let (_, text) = gw.get("/metrics").await;
     assert!(text.contains("sessionless_requests_total{"), "{text}");
-    assert!(
-        text.contains("sessionless_upstream_sessions_initialized_total{"),
-        "{text}"
-    );
+    assert!(text.contains("sessionless_upstream_sessions_initialized_total{"), "{text}");
 }

@@ -28,33 +28,18 @@ async fn listen_forwards_only_the_requested_notifications_and_closes_its_session
         .open()
         .await;
     assert_eq!(events.status, 200);
-    assert_eq!(
-        events.headers.get("content-type").unwrap(),
-        "text/event-stream"
-    );
+    assert_eq!(events.headers.get("content-type").unwrap(), "text/event-stream");
 
     let ack = events.next().await.expect("an acknowledgement");
-    assert_eq!(
-        ack["method"], "notifications/subscriptions/acknowledged",
-        "{ack}"
-    );
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged", "{ack}");
     assert_eq!(ack["params"]["_meta"][SUBSCRIPTION_ID], "listen-1");
-    assert_eq!(
-        ack["params"]["notifications"],
-        json!({"toolsListChanged": true})
-    );
+    assert_eq!(ack["params"]["notifications"], json!({"toolsListChanged": true}));
     let changed = events.next().await.expect("the tools notification");
-    assert_eq!(
-        changed["method"], "notifications/tools/list_changed",
-        "{changed}"
-    );
+    assert_eq!(changed["method"], "notifications/tools/list_changed", "{changed}");
     assert_eq!(changed["params"]["_meta"][SUBSCRIPTION_ID], "listen-1");
 
     let get = up.http(Method::GET).remove(0);
-    let session = get
-        .session()
-        .expect("the GET names its session")
-        .to_string();
+    let session = get.session().expect("the GET names its session").to_string();
     drop(events);
     let deleted = up
         .wait_for("a DELETE of the listen session", |s| {
@@ -62,25 +47,14 @@ async fn listen_forwards_only_the_requested_notifications_and_closes_its_session
         })
         .await;
     assert_eq!(deleted.status, 200);
-    assert_eq!(
-        gw.settled_metric("sessionless_listen_streams_open", 0.0)
-            .await,
-        0.0
-    );
-    assert_eq!(
-        gw.settled_metric("sessionless_upstream_sessions_open", 0.0)
-            .await,
-        0.0
-    );
+    assert_eq!(gw.settled_metric("sessionless_listen_streams_open", 0.0).await, 0.0);
+    assert_eq!(gw.settled_metric("sessionless_upstream_sessions_open", 0.0).await, 0.0);
 }
 
 #[tokio::test]
 async fn listen_ends_with_a_complete_result_when_the_upstream_closes_its_stream() {
     let up = FakeUpstream::new()
-        .get_stream(vec![Step::notify(
-            "notifications/tools/list_changed",
-            json!({}),
-        )])
+        .get_stream(vec![Step::notify("notifications/tools/list_changed", json!({}))])
         .start()
         .await;
     let gw = Gateway::start(up.url()).await;
@@ -94,10 +68,7 @@ async fn listen_ends_with_a_complete_result_when_the_upstream_closes_its_stream(
 
     assert_eq!(reply.status, 200, "{}", reply.raw);
     assert_eq!(reply.notes.len(), 2, "{:#?}", reply.notes);
-    assert_eq!(
-        reply.notes[0]["method"],
-        "notifications/subscriptions/acknowledged"
-    );
+    assert_eq!(reply.notes[0]["method"], "notifications/subscriptions/acknowledged");
     assert_eq!(reply.notes[1]["method"], "notifications/tools/list_changed");
     assert_eq!(reply.body["id"], 77);
     assert_eq!(reply.result()["resultType"], "complete");
@@ -109,14 +80,8 @@ async fn listen_subscribes_to_resources_and_forwards_only_their_updates() {
     let up = FakeUpstream::new()
         .on("resources/subscribe", Answer::Result(json!({})))
         .get_stream(vec![
-            Step::notify(
-                "notifications/resources/updated",
-                json!({"uri": "file:///other"}),
-            ),
-            Step::notify(
-                "notifications/resources/updated",
-                json!({"uri": "file:///watched"}),
-            ),
+            Step::notify("notifications/resources/updated", json!({"uri": "file:///other"})),
+            Step::notify("notifications/resources/updated", json!({"uri": "file:///watched"})),
             Step::hang(),
         ])
         .start()
@@ -131,10 +96,7 @@ async fn listen_subscribes_to_resources_and_forwards_only_their_updates() {
         .await;
 
     let ack = events.next().await.expect("an acknowledgement");
-    assert_eq!(
-        ack["params"]["notifications"],
-        json!({"resourceSubscriptions": ["file:///watched"]})
-    );
+    assert_eq!(ack["params"]["notifications"], json!({"resourceSubscriptions": ["file:///watched"]}));
     let updated = events.next().await.expect("the update");
     assert_eq!(updated["method"], "notifications/resources/updated");
     assert_eq!(updated["params"]["uri"], "file:///watched");
@@ -162,9 +124,8 @@ max_upstream_response_bytes = 2048
 async fn a_long_listen_stream_is_not_cut_by_the_response_size_limit() {
     // Each notification is ~100 bytes, far below the 2 KiB limit; a
     // subscription that lives long enough carries more than that in total.
-    let mut steps: Vec<Step> = (0..40)
-        .map(|n| Step::notify("notifications/tools/list_changed", json!({"n": n})))
-        .collect();
+    let mut steps: Vec<Step> =
+        (0..40).map(|n| Step::notify("notifications/tools/list_changed", json!({"n": n}))).collect();
     steps.push(Step::hang());
     let up = FakeUpstream::new().get_stream(steps).start().await;
     let gw = Gateway::from_toml(SMALL_RESPONSES, up.url()).await;
@@ -180,20 +141,14 @@ async fn a_long_listen_stream_is_not_cut_by_the_response_size_limit() {
     assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
     for n in 0..40 {
         let note = events.next().await.expect("the stream goes on");
-        assert_eq!(
-            note["method"], "notifications/tools/list_changed",
-            "notification {n}: {note}"
-        );
+        assert_eq!(note["method"], "notifications/tools/list_changed", "notification {n}: {note}");
         assert_eq!(note["params"]["n"], n);
     }
 }
 
 #[tokio::test]
 async fn shutdown_ends_listen_streams_with_a_complete_result() {
-    let up = FakeUpstream::new()
-        .get_stream(vec![Step::hang()])
-        .start()
-        .await;
+    let up = FakeUpstream::new().get_stream(vec![Step::hang()]).start().await;
     let gw = Gateway::start(up.url()).await;
     let mut events = gw
         .request("subscriptions/listen")
@@ -211,8 +166,5 @@ async fn shutdown_ends_listen_streams_with_a_complete_result() {
     assert_eq!(end["result"]["resultType"], "complete");
     assert_eq!(end["result"]["_meta"][SUBSCRIPTION_ID], "l-9");
     assert_eq!(events.next().await, None, "the stream ends");
-    up.wait_for("the listen session to be closed", |s| {
-        s.method == Method::DELETE
-    })
-    .await;
+    up.wait_for("the listen session to be closed", |s| s.method == Method::DELETE).await;
 }

@@ -36,11 +36,7 @@ fn call_params() -> Value {
 
 /// The gateway's POSTed answer to the upstream question `q-1`.
 async fn answer_to_q1(up: &Upstream) -> Value {
-    up.wait_for("the answer to q-1", |s| {
-        s.is_response() && s.rpc_id() == Some(&json!("q-1"))
-    })
-    .await
-    .body
+    up.wait_for("the answer to q-1", |s| s.is_response() && s.rpc_id() == Some(&json!("q-1"))).await.body
 }
 
 #[tokio::test]
@@ -48,25 +44,14 @@ async fn undeclared_elicitation_is_declined_upstream_and_reported_as_missing_cap
     let up = asking_upstream().await;
     let gw = Gateway::start(up.url()).await;
 
-    let reply = gw
-        .request("tools/call")
-        .id(json!(11))
-        .params(call_params())
-        .send()
-        .await;
+    let reply = gw.request("tools/call").id(json!(11)).params(call_params()).send().await;
 
     reply.assert_error(400, -32021, &json!(11));
-    assert_eq!(
-        reply.body["error"]["data"]["requiredCapabilities"],
-        json!({"elicitation": {}})
-    );
+    assert_eq!(reply.body["error"]["data"]["requiredCapabilities"], json!({"elicitation": {}}));
     assert_eq!(answer_to_q1(&up).await["result"]["action"], "cancel");
     let call = up.calls("tools/call").remove(0);
-    let cancelled = up
-        .wait_for("notifications/cancelled", |s| {
-            s.rpc_method() == Some("notifications/cancelled")
-        })
-        .await;
+    let cancelled =
+        up.wait_for("notifications/cancelled", |s| s.rpc_method() == Some("notifications/cancelled")).await;
     assert_eq!(cancelled.body["params"]["requestId"], call.body["id"]);
 }
 
@@ -126,10 +111,7 @@ async fn declared_elicitation_becomes_an_input_required_round() {
     let (key, question) = requests.iter().next().unwrap();
     assert_eq!(question["method"], "elicitation/create");
     assert_eq!(question["params"]["message"], ASK_CITY);
-    assert!(
-        question.get("id").is_none(),
-        "no JSON-RPC id in an input request"
-    );
+    assert!(question.get("id").is_none(), "no JSON-RPC id in an input request");
     let state = round["requestState"].as_str().expect("requestState");
     assert!(up.responses().is_empty(), "nothing answered upstream yet");
     assert_eq!(gw.metric("sessionless_parked_flows_open").await, 1.0);
@@ -150,10 +132,7 @@ async fn declared_elicitation_becomes_an_input_required_round() {
     assert_eq!(retry.result()["resultType"], "complete");
     assert_eq!(retry.result()["content"][0]["text"], "carried on");
     let answer = answer_to_q1(&up).await;
-    assert_eq!(
-        answer["result"],
-        json!({"action": "accept", "content": {"city": "Paris"}})
-    );
+    assert_eq!(answer["result"], json!({"action": "accept", "content": {"city": "Paris"}}));
     assert_eq!(up.calls("tools/call").len(), 1, "the call ran once");
     assert_eq!(gw.metric("sessionless_parked_flows_open").await, 0.0);
 
@@ -166,11 +145,7 @@ async fn declared_elicitation_becomes_an_input_required_round() {
         .await;
     replay.assert_error(400, -32602, &json!(3));
     assert_eq!(replay.reason(), Some("flow_finished"));
-    assert_eq!(
-        up.responses().len(),
-        1,
-        "a replay never reaches the upstream"
-    );
+    assert_eq!(up.responses().len(), 1, "a replay never reaches the upstream");
 }
 
 const SHORT_PARKING: &str = r#"
@@ -198,20 +173,9 @@ async fn abandoned_round_is_declined_upstream_when_it_expires() {
         .capabilities(json!({"elicitation": {}}))
         .send()
         .await;
-    assert_eq!(
-        first.result()["resultType"],
-        "input_required",
-        "{}",
-        first.raw
-    );
+    assert_eq!(first.result()["resultType"], "input_required", "{}", first.raw);
     let state = first.result()["requestState"].as_str().unwrap().to_string();
-    let key = first.result()["inputRequests"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .next()
-        .unwrap()
-        .clone();
+    let key = first.result()["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
 
     assert_eq!(answer_to_q1(&up).await["result"]["action"], "cancel");
 
@@ -228,10 +192,7 @@ async fn abandoned_round_is_declined_upstream_when_it_expires() {
     late.assert_error(400, -32602, &json!(2));
     assert_eq!(late.reason(), Some("expired"));
     assert_eq!(gw.metric("sessionless_parked_flows_open").await, 0.0);
-    assert_eq!(
-        gw.metric("sessionless_parked_flows_expired_total").await,
-        1.0
-    );
+    assert_eq!(gw.metric("sessionless_parked_flows_expired_total").await, 1.0);
     assert_eq!(up.responses().len(), 1, "{}", up.dump());
     gw.assert_healthy().await;
 }
@@ -248,13 +209,7 @@ async fn request_state_is_bound_to_its_caller_and_arguments() {
         .send()
         .await;
     let round = first.result().clone();
-    let key = round["inputRequests"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .next()
-        .unwrap()
-        .clone();
+    let key = round["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
     let retry = |params: Value, token: &str, id: i64| {
         let mut p = params;
         p["requestState"] = round["requestState"].clone();
@@ -287,10 +242,7 @@ async fn request_state_is_bound_to_its_caller_and_arguments() {
         .await;
     forged.assert_error(400, -32602, &json!(4));
     assert!(forged.reason().is_some(), "{}", forged.raw);
-    assert!(
-        up.responses().is_empty(),
-        "no rejected retry reaches the upstream"
-    );
+    assert!(up.responses().is_empty(), "no rejected retry reaches the upstream");
     assert!(gw.metric("sessionless_request_state_rejected_total").await >= 3.0);
 
     let alice = retry(call_params(), "alice", 5).send().await;
@@ -302,10 +254,7 @@ async fn request_state_is_bound_to_its_caller_and_arguments() {
 #[tokio::test]
 async fn roots_asked_on_the_get_stream_become_a_round_on_a_session_of_its_own() {
     let up = FakeUpstream::new()
-        .get_stream(vec![
-            Step::ask(json!("r-1"), "roots/list", json!({})),
-            Step::hang(),
-        ])
+        .get_stream(vec![Step::ask(json!("r-1"), "roots/list", json!({})), Step::hang()])
         .on(
             "tools/call",
             Answer::Sse(vec![
@@ -318,23 +267,13 @@ async fn roots_asked_on_the_get_stream_become_a_round_on_a_session_of_its_own() 
     let gw = Gateway::start(up.url()).await;
     let roots = json!({"roots": {"listChanged": true}});
 
-    let first = gw
-        .request("tools/call")
-        .id(json!(1))
-        .params(call_params())
-        .capabilities(roots.clone())
-        .send()
-        .await;
+    let first =
+        gw.request("tools/call").id(json!(1)).params(call_params()).capabilities(roots.clone()).send().await;
 
     assert_eq!(first.status, 200, "{}", first.raw);
     let round = first.result().clone();
     assert_eq!(round["resultType"], "input_required", "{round}");
-    let (key, question) = round["inputRequests"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .next()
-        .unwrap();
+    let (key, question) = round["inputRequests"].as_object().unwrap().iter().next().unwrap();
     assert_eq!(question["method"], "roots/list");
     let init = up.calls("initialize").remove(0);
     assert_eq!(
@@ -345,23 +284,13 @@ async fn roots_asked_on_the_get_stream_become_a_round_on_a_session_of_its_own() 
 
     let mut params = call_params();
     params["requestState"] = round["requestState"].clone();
-    params["inputResponses"] =
-        json!({key: {"roots": [{"uri": "file:///home/me", "name": "home"}]}});
-    let retry = gw
-        .request("tools/call")
-        .id(json!(2))
-        .params(params)
-        .capabilities(roots)
-        .send()
-        .await;
+    params["inputResponses"] = json!({key: {"roots": [{"uri": "file:///home/me", "name": "home"}]}});
+    let retry = gw.request("tools/call").id(json!(2)).params(params).capabilities(roots).send().await;
 
     assert_eq!(retry.status, 200, "{}", retry.raw);
     assert_eq!(retry.result()["content"][0]["text"], "listed");
-    let answer = up
-        .wait_for("the roots answer", |s| {
-            s.is_response() && s.rpc_id() == Some(&json!("r-1"))
-        })
-        .await;
+    let answer =
+        up.wait_for("the roots answer", |s| s.is_response() && s.rpc_id() == Some(&json!("r-1"))).await;
     assert_eq!(answer.body["result"]["roots"][0]["uri"], "file:///home/me");
     let session = up.calls("tools/call")[0].session().unwrap().to_string();
     assert_eq!(answer.session(), Some(session.as_str()));
@@ -369,29 +298,64 @@ async fn roots_asked_on_the_get_stream_become_a_round_on_a_session_of_its_own() 
         s.method == http::Method::DELETE && s.session() == Some(session.as_str())
     })
     .await;
-    assert_eq!(
-        gw.settled_metric("sessionless_upstream_sessions_open", 0.0)
-            .await,
-        0.0
-    );
+    assert_eq!(gw.settled_metric("sessionless_upstream_sessions_open", 0.0).await, 0.0);
+}
+
+const SHORT_DRAIN: &str = r#"
+[server]
+drain_timeout_ms = 300
+
+[[upstreams]]
+name = "up"
+url = "{upstream}"
+
+[[routes]]
+path = "/mcp"
+upstream = "up"
+"#;
+
+#[tokio::test]
+async fn draining_serves_retries_and_refuses_new_calls() {
+    let up = asking_upstream().await;
+    let gw = Gateway::from_toml(&SHORT_DRAIN.replace("300", "10000"), up.url()).await;
+    let elicitation = json!({"elicitation": {}});
+    let first = gw.request("tools/call").params(call_params()).capabilities(elicitation.clone()).send().await;
+    assert_eq!(first.result()["resultType"], "input_required", "{}", first.raw);
+
+    gw.begin_shutdown();
+    let (status, _) = gw.get("/readyz").await;
+    assert_eq!(status, 503, "not ready while draining");
+    let fresh = gw
+        .request("tools/call")
+        .id(json!(5))
+        .params(call_params())
+        .capabilities(elicitation.clone())
+        .send()
+        .await;
+    fresh.assert_error(503, -31000, &json!(5));
+    assert!(fresh.header("retry-after").is_some());
+
+    let key = first.result()["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
+    let mut params = call_params();
+    params["inputResponses"] = json!({key: {"action": "accept", "content": {"city": "Oslo"}}});
+    params["requestState"] = first.result()["requestState"].clone();
+    let retry = gw.request("tools/call").id(json!(6)).params(params).capabilities(elicitation).send().await;
+    assert_eq!(retry.status, 200, "{}", retry.raw);
+    assert_eq!(retry.result()["content"][0]["text"], "carried on");
+    assert_eq!(answer_to_q1(&up).await["result"]["action"], "accept");
+    // Nothing left parked: the drain ends well before its 10 s deadline.
+    tokio::time::timeout(std::time::Duration::from_secs(8), gw.stop())
+        .await
+        .expect("drain ends when no flow is left");
 }
 
 #[tokio::test]
-async fn shutdown_declines_parked_flows_upstream() {
+async fn shutdown_declines_flows_still_parked_at_the_drain_deadline() {
     let up = asking_upstream().await;
-    let gw = Gateway::start(up.url()).await;
-    let first = gw
-        .request("tools/call")
-        .params(call_params())
-        .capabilities(json!({"elicitation": {}}))
-        .send()
-        .await;
-    assert_eq!(
-        first.result()["resultType"],
-        "input_required",
-        "{}",
-        first.raw
-    );
+    let gw = Gateway::from_toml(SHORT_DRAIN, up.url()).await;
+    let first =
+        gw.request("tools/call").params(call_params()).capabilities(json!({"elicitation": {}})).send().await;
+    assert_eq!(first.result()["resultType"], "input_required", "{}", first.raw);
 
     gw.stop().await;
 
@@ -435,11 +399,7 @@ async fn sibling_questions_share_a_round_and_missing_answers_are_asked_again() {
     let requests = r1["inputRequests"].as_object().expect("inputRequests");
     assert_eq!(requests.len(), 2, "siblings share one round: {r1}");
     let key_of = |message: &str| {
-        requests
-            .iter()
-            .find(|(_, q)| q["params"]["message"] == message)
-            .map(|(k, _)| k.clone())
-            .unwrap()
+        requests.iter().find(|(_, q)| q["params"]["message"] == message).map(|(k, _)| k.clone()).unwrap()
     };
     let (first, second) = (key_of("first?"), key_of("second?"));
 
@@ -456,32 +416,17 @@ async fn sibling_questions_share_a_round_and_missing_answers_are_asked_again() {
     let r2 = round2.result().clone();
     assert_eq!(r2["resultType"], "input_required", "{}", round2.raw);
     let left: Vec<&String> = r2["inputRequests"].as_object().unwrap().keys().collect();
-    assert_eq!(
-        left,
-        [&second],
-        "only the unanswered question is asked again"
-    );
+    assert_eq!(left, [&second], "only the unanswered question is asked again");
 
-    let stale = gw
-        .request("tools/call")
-        .id(json!(3))
-        .params(partial)
-        .capabilities(elicitation.clone())
-        .send()
-        .await;
+    let stale =
+        gw.request("tools/call").id(json!(3)).params(partial).capabilities(elicitation.clone()).send().await;
     stale.assert_error(400, -32602, &json!(3));
     assert_eq!(stale.reason(), Some("stale_round"));
 
     let mut rest = call_params();
     rest["requestState"] = r2["requestState"].clone();
     rest["inputResponses"] = json!({&second: {"action": "decline"}});
-    let done = gw
-        .request("tools/call")
-        .id(json!(4))
-        .params(rest)
-        .capabilities(elicitation)
-        .send()
-        .await;
+    let done = gw.request("tools/call").id(json!(4)).params(rest).capabilities(elicitation).send().await;
     assert_eq!(done.status, 200, "{}", done.raw);
     assert_eq!(done.result()["content"][0]["text"], "both answered");
     let answers = up.responses();

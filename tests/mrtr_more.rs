@@ -73,19 +73,12 @@ fn retry(
     let mut p = params;
     p["requestState"] = round["requestState"].clone();
     p["inputResponses"] = responses;
-    gw.request(method)
-        .id(json!(id))
-        .params(p)
-        .capabilities(caps)
+    gw.request(method).id(json!(id)).params(p).capabilities(caps)
 }
 
 /// The gateway's POSTed JSON-RPC response to the upstream request `id`.
 async fn response_to(up: &Upstream, id: Value) -> Value {
-    up.wait_for(&format!("the response to {id}"), |s| {
-        s.is_response() && s.rpc_id() == Some(&id)
-    })
-    .await
-    .body
+    up.wait_for(&format!("the response to {id}"), |s| s.is_response() && s.rpc_id() == Some(&id)).await.body
 }
 
 /// The sum of the samples of `name` whose labels contain `label`.
@@ -123,13 +116,8 @@ async fn a_second_question_after_the_first_answer_is_a_second_round() {
         .await;
     let gw = Gateway::start(up.url()).await;
 
-    let first = gw
-        .request("tools/call")
-        .id(json!(1))
-        .params(call_params())
-        .capabilities(elicitation())
-        .send()
-        .await;
+    let first =
+        gw.request("tools/call").id(json!(1)).params(call_params()).capabilities(elicitation()).send().await;
     let (r1, k1) = round_of(&first);
     assert_eq!(r1["inputRequests"][&k1]["params"]["message"], "Which city?");
 
@@ -169,12 +157,7 @@ async fn a_second_question_after_the_first_answer_is_a_second_round() {
     .await;
     stale.assert_error(400, -32602, &json!(3));
     assert_eq!(stale.reason(), Some("stale_round"), "{}", stale.raw);
-    assert_eq!(
-        up.responses().len(),
-        1,
-        "nothing more upstream: {}",
-        up.dump()
-    );
+    assert_eq!(up.responses().len(), 1, "nothing more upstream: {}", up.dump());
 
     let done = retry(
         &gw,
@@ -198,17 +181,7 @@ async fn a_second_question_after_the_first_answer_is_a_second_round() {
 
     // After the end, either round's state finds nothing.
     for (round, id) in [(&r1, 5), (&r2, 6)] {
-        let late = retry(
-            &gw,
-            "tools/call",
-            call_params(),
-            round,
-            json!({}),
-            id,
-            elicitation(),
-        )
-        .send()
-        .await;
+        let late = retry(&gw, "tools/call", call_params(), round, json!({}), id, elicitation()).send().await;
         late.assert_error(400, -32602, &json!(id));
         assert_eq!(late.reason(), Some("flow_finished"), "{}", late.raw);
     }
@@ -220,25 +193,13 @@ async fn a_second_question_after_the_first_answer_is_a_second_round() {
 async fn answer_passes_through(action: &str) {
     let up = asking_upstream().await;
     let gw = Gateway::start(up.url()).await;
-    let first = gw
-        .request("tools/call")
-        .params(call_params())
-        .capabilities(elicitation())
-        .send()
-        .await;
+    let first = gw.request("tools/call").params(call_params()).capabilities(elicitation()).send().await;
     let (round, key) = round_of(&first);
 
-    let done = retry(
-        &gw,
-        "tools/call",
-        call_params(),
-        &round,
-        json!({key: {"action": action}}),
-        2,
-        elicitation(),
-    )
-    .send()
-    .await;
+    let done =
+        retry(&gw, "tools/call", call_params(), &round, json!({key: {"action": action}}), 2, elicitation())
+            .send()
+            .await;
 
     assert_complete(&done, 2, "carried on");
     assert_eq!(
@@ -263,8 +224,7 @@ async fn a_cancelled_elicitation_reaches_the_upstream_as_cancel() {
 
 #[tokio::test]
 async fn sampling_becomes_a_round_and_the_client_result_reaches_the_upstream() {
-    let messages =
-        json!([{"role": "user", "content": {"type": "text", "text": "Capital of France?"}}]);
+    let messages = json!([{"role": "user", "content": {"type": "text", "text": "Capital of France?"}}]);
     let up = FakeUpstream::new()
         .on(
             "tools/call",
@@ -302,23 +262,11 @@ async fn sampling_becomes_a_round_and_the_client_result_reaches_the_upstream() {
 
     let answer = json!({"role": "assistant", "content": {"type": "text", "text": "Paris."},
         "model": "m", "stopReason": "endTurn"});
-    let done = retry(
-        &gw,
-        "tools/call",
-        call_params(),
-        &round,
-        json!({&key: answer}),
-        2,
-        sampling,
-    )
-    .send()
-    .await;
+    let done =
+        retry(&gw, "tools/call", call_params(), &round, json!({&key: answer}), 2, sampling).send().await;
 
     assert_complete(&done, 2, "sampled");
-    assert_eq!(
-        response_to(&up, json!(7)).await,
-        json!({"jsonrpc": "2.0", "id": 7, "result": answer})
-    );
+    assert_eq!(response_to(&up, json!(7)).await, json!({"jsonrpc": "2.0", "id": 7, "result": answer}));
 }
 
 // 4. Malformed answers, missing answers --------------------------------------
@@ -327,12 +275,7 @@ async fn sampling_becomes_a_round_and_the_client_result_reaches_the_upstream() {
 async fn malformed_answers_are_refused_and_the_flow_waits_for_a_good_one() {
     let up = asking_upstream().await;
     let gw = Gateway::start(up.url()).await;
-    let first = gw
-        .request("tools/call")
-        .params(call_params())
-        .capabilities(elicitation())
-        .send()
-        .await;
+    let first = gw.request("tools/call").params(call_params()).capabilities(elicitation()).send().await;
     let (round, key) = round_of(&first);
 
     let bad_answers = [
@@ -344,24 +287,10 @@ async fn malformed_answers_are_refused_and_the_flow_waits_for_a_good_one() {
     ];
     for (i, bad) in bad_answers.into_iter().enumerate() {
         let id = 10 + i as i64;
-        let reply = retry(
-            &gw,
-            "tools/call",
-            call_params(),
-            &round,
-            bad.clone(),
-            id,
-            elicitation(),
-        )
-        .send()
-        .await;
+        let reply =
+            retry(&gw, "tools/call", call_params(), &round, bad.clone(), id, elicitation()).send().await;
         reply.assert_error(400, -32602, &json!(id));
-        assert_eq!(
-            reply.reason(),
-            Some("malformed_input_response"),
-            "{bad}: {}",
-            reply.raw
-        );
+        assert_eq!(reply.reason(), Some("malformed_input_response"), "{bad}: {}", reply.raw);
     }
     assert!(up.responses().is_empty(), "{}", up.dump());
     assert_eq!(gw.metric("sessionless_parked_flows_open").await, 1.0);
@@ -389,12 +318,7 @@ async fn malformed_answers_are_refused_and_the_flow_waits_for_a_good_one() {
 async fn a_retry_without_the_answer_asks_again_and_unknown_keys_are_ignored() {
     let up = asking_upstream().await;
     let gw = Gateway::start(up.url()).await;
-    let first = gw
-        .request("tools/call")
-        .params(call_params())
-        .capabilities(elicitation())
-        .send()
-        .await;
+    let first = gw.request("tools/call").params(call_params()).capabilities(elicitation()).send().await;
     let (r1, key) = round_of(&first);
 
     let again = retry(
@@ -436,11 +360,7 @@ fn url_required(request: &Value) -> Answer {
         "code": -32042, "message": "URL elicitation required",
         "data": {"elicitations": [{"mode": "url", "elicitationId": "e1",
             "url": "https://example.com/auth", "message": "Sign in"}]}}});
-    Answer::Raw {
-        status: 200,
-        content_type: "application/json".into(),
-        body: body.to_string(),
-    }
+    Answer::Raw { status: 200, content_type: "application/json".into(), body: body.to_string() }
 }
 
 #[tokio::test]
@@ -453,10 +373,7 @@ async fn url_elicitation_required_becomes_a_url_round_whose_retry_reissues_the_c
                 return url_required(req);
             }
             Answer::Sse(vec![
-                Step::notify(
-                    "notifications/elicitation/complete",
-                    json!({"elicitationId": "e1"}),
-                ),
+                Step::notify("notifications/elicitation/complete", json!({"elicitationId": "e1"})),
                 Step::progress(0.5),
                 done_text("signed in"),
             ])
@@ -466,13 +383,8 @@ async fn url_elicitation_required_becomes_a_url_round_whose_retry_reissues_the_c
     let gw = Gateway::start(up.url()).await;
     let caps = json!({"elicitation": {"url": {}}});
 
-    let first = gw
-        .request("tools/call")
-        .id(json!(1))
-        .params(call_params())
-        .capabilities(caps.clone())
-        .send()
-        .await;
+    let first =
+        gw.request("tools/call").id(json!(1)).params(call_params()).capabilities(caps.clone()).send().await;
     let (round, key) = round_of(&first);
     assert_eq!(
         round["inputRequests"][&key],
@@ -481,80 +393,38 @@ async fn url_elicitation_required_becomes_a_url_round_whose_retry_reissues_the_c
         "URL mode, without elicitationId"
     );
 
-    let bad = retry(
-        &gw,
-        "tools/call",
-        call_params(),
-        &round,
-        json!({&key: {"action": "maybe"}}),
-        2,
-        caps.clone(),
-    )
-    .send()
-    .await;
+    let bad =
+        retry(&gw, "tools/call", call_params(), &round, json!({&key: {"action": "maybe"}}), 2, caps.clone())
+            .send()
+            .await;
     bad.assert_error(400, -32602, &json!(2));
-    assert_eq!(
-        up.calls("tools/call").len(),
-        1,
-        "a bad answer re-issues nothing"
-    );
+    assert_eq!(up.calls("tools/call").len(), 1, "a bad answer re-issues nothing");
 
-    let done = retry(
-        &gw,
-        "tools/call",
-        call_params(),
-        &round,
-        json!({&key: {"action": "accept"}}),
-        3,
-        caps,
-    )
-    .progress_token(json!("p-url"))
-    .send()
-    .await;
+    let done = retry(&gw, "tools/call", call_params(), &round, json!({&key: {"action": "accept"}}), 3, caps)
+        .progress_token(json!("p-url"))
+        .send()
+        .await;
 
     assert_complete(&done, 3, "signed in");
     let calls = up.calls("tools/call");
-    assert_eq!(
-        calls.len(),
-        2,
-        "the retry re-issued the call: {}",
-        up.dump()
-    );
+    assert_eq!(calls.len(), 2, "the retry re-issued the call: {}", up.dump());
     let again = &calls[1].body["params"];
     assert_eq!(again["name"], "weather");
     assert_eq!(again["arguments"], json!({"when": "today"}));
     assert!(again.get("requestState").is_none(), "{again}");
     assert!(again.get("inputResponses").is_none(), "{again}");
     assert!(up.responses().is_empty(), "nothing is answered upstream");
-    assert!(
-        !done.raw.contains("elicitation/complete"),
-        "never passed on: {}",
-        done.raw
-    );
-    assert!(
-        done.notes
-            .iter()
-            .all(|n| n["method"] == "notifications/progress"),
-        "{:?}",
-        done.notes
-    );
+    assert!(!done.raw.contains("elicitation/complete"), "never passed on: {}", done.raw);
+    assert!(done.notes.iter().all(|n| n["method"] == "notifications/progress"), "{:?}", done.notes);
 }
 
 #[tokio::test]
 async fn url_elicitation_required_without_url_capability_is_missing_capability() {
-    let up = FakeUpstream::new()
-        .on_fn("tools/call", url_required)
-        .start()
-        .await;
+    let up = FakeUpstream::new().on_fn("tools/call", url_required).start().await;
     let gw = Gateway::start(up.url()).await;
 
-    let reply = gw
-        .request("tools/call")
-        .id(json!(9))
-        .params(call_params())
-        .capabilities(elicitation())
-        .send()
-        .await;
+    let reply =
+        gw.request("tools/call").id(json!(9)).params(call_params()).capabilities(elicitation()).send().await;
 
     reply.assert_error(400, -32021, &json!(9));
     assert!(
@@ -572,23 +442,11 @@ async fn url_elicitation_required_without_url_capability_is_missing_capability()
 #[tokio::test]
 async fn a_stream_broken_while_parked_makes_the_retry_an_outcome_unknown_error() {
     let up = FakeUpstream::new()
-        .on(
-            "tools/call",
-            Answer::Sse(vec![
-                elicit("q-1", "Which city?"),
-                Step::sleep_ms(100),
-                Step::abort(),
-            ]),
-        )
+        .on("tools/call", Answer::Sse(vec![elicit("q-1", "Which city?"), Step::sleep_ms(100), Step::abort()]))
         .start()
         .await;
     let gw = Gateway::start(up.url()).await;
-    let first = gw
-        .request("tools/call")
-        .params(call_params())
-        .capabilities(elicitation())
-        .send()
-        .await;
+    let first = gw.request("tools/call").params(call_params()).capabilities(elicitation()).send().await;
     let (round, key) = round_of(&first);
     tokio::time::sleep(Duration::from_millis(250)).await; // the stream is broken by now
 
@@ -609,17 +467,7 @@ async fn a_stream_broken_while_parked_makes_the_retry_an_outcome_unknown_error()
     assert!(reply.body.get("result").is_none());
     assert_eq!(gw.metric("sessionless_parked_flows_open").await, 0.0);
 
-    let again = retry(
-        &gw,
-        "tools/call",
-        call_params(),
-        &round,
-        json!({}),
-        3,
-        elicitation(),
-    )
-    .send()
-    .await;
+    let again = retry(&gw, "tools/call", call_params(), &round, json!({}), 3, elicitation()).send().await;
     again.assert_error(400, -32602, &json!(3));
     assert_eq!(again.reason(), Some("flow_finished"), "{}", again.raw);
     gw.assert_healthy().await;
@@ -628,19 +476,11 @@ async fn a_stream_broken_while_parked_makes_the_retry_an_outcome_unknown_error()
 #[tokio::test]
 async fn a_session_lost_while_parked_makes_the_retry_an_outcome_unknown_error() {
     let up = FakeUpstream::new()
-        .on(
-            "tools/call",
-            Answer::Sse(vec![elicit("q-1", "Which city?"), Step::hang()]),
-        )
+        .on("tools/call", Answer::Sse(vec![elicit("q-1", "Which city?"), Step::hang()]))
         .start()
         .await;
     let gw = Gateway::start(up.url()).await;
-    let first = gw
-        .request("tools/call")
-        .params(call_params())
-        .capabilities(elicitation())
-        .send()
-        .await;
+    let first = gw.request("tools/call").params(call_params()).capabilities(elicitation()).send().await;
     let (round, key) = round_of(&first);
     up.forget_sessions();
 
@@ -658,23 +498,14 @@ async fn a_session_lost_while_parked_makes_the_retry_an_outcome_unknown_error() 
 
     reply.assert_error(502, -32603, &json!(2));
     assert_eq!(reply.reason(), Some("outcome_unknown"), "{}", reply.raw);
-    let posted = up
-        .wait_for("the answer, refused 404", |s| {
-            s.rpc_id() == Some(&json!("q-1"))
-        })
-        .await;
+    let posted = up.wait_for("the answer, refused 404", |s| s.rpc_id() == Some(&json!("q-1"))).await;
     assert_eq!(posted.status, 404, "{}", up.dump());
     assert_eq!(gw.metric("sessionless_parked_flows_open").await, 0.0);
     gw.assert_healthy().await;
 
     // The pool gets over the lost session: a new call opens a new one.
-    let fresh = gw
-        .request("tools/call")
-        .id(json!(3))
-        .params(call_params())
-        .capabilities(elicitation())
-        .send()
-        .await;
+    let fresh =
+        gw.request("tools/call").id(json!(3)).params(call_params()).capabilities(elicitation()).send().await;
     round_of(&fresh);
     assert_eq!(up.initializes(), 2, "{}", up.dump());
 }
@@ -707,11 +538,8 @@ async fn progress_after_the_answer_carries_the_retry_token() {
         .send()
         .await;
     let (round, key) = round_of(&first);
-    let progress1: Vec<&Value> = first
-        .notes
-        .iter()
-        .filter(|n| n["method"] == "notifications/progress")
-        .collect();
+    let progress1: Vec<&Value> =
+        first.notes.iter().filter(|n| n["method"] == "notifications/progress").collect();
     assert_eq!(progress1.len(), 1, "{}", first.raw);
     assert_eq!(progress1[0]["params"]["progressToken"], "p-1");
     assert_eq!(progress1[0]["params"]["progress"], 0.25);
@@ -730,17 +558,10 @@ async fn progress_after_the_answer_carries_the_retry_token() {
     .await;
 
     assert_complete(&done, 2, "progressed");
-    let progress2: Vec<&Value> = done
-        .notes
-        .iter()
-        .filter(|n| n["method"] == "notifications/progress")
-        .collect();
+    let progress2: Vec<&Value> =
+        done.notes.iter().filter(|n| n["method"] == "notifications/progress").collect();
     assert_eq!(progress2.len(), 1, "{}", done.raw);
-    assert_eq!(
-        progress2[0]["params"]["progressToken"], "p-2",
-        "{}",
-        done.raw
-    );
+    assert_eq!(progress2[0]["params"]["progressToken"], "p-2", "{}", done.raw);
     assert_eq!(progress2[0]["params"]["progress"], 0.75);
 }
 
@@ -759,13 +580,8 @@ async fn round_trip_on(method: &str, params: Value, result: Value) -> (Reply, Up
         .start()
         .await;
     let gw = Gateway::start(up.url()).await;
-    let first = gw
-        .request(method)
-        .id(json!(1))
-        .params(params.clone())
-        .capabilities(elicitation())
-        .send()
-        .await;
+    let first =
+        gw.request(method).id(json!(1)).params(params.clone()).capabilities(elicitation()).send().await;
     let (round, key) = round_of(&first);
     assert_eq!(round["inputRequests"][&key]["method"], "elicitation/create");
     assert!(round.get("ttlMs").is_none(), "no cache fields: {round}");
@@ -781,10 +597,7 @@ async fn round_trip_on(method: &str, params: Value, result: Value) -> (Reply, Up
     )
     .send()
     .await;
-    assert_eq!(
-        response_to(&up, json!("q-1")).await["result"]["content"]["value"],
-        "Oslo"
-    );
+    assert_eq!(response_to(&up, json!("q-1")).await["result"]["content"]["value"], "Oslo");
     assert_eq!(up.calls(method).len(), 1);
     (done, up)
 }
@@ -833,22 +646,14 @@ async fn a_question_during_tools_list_is_declined_not_a_round() {
         .await;
     let gw = Gateway::start(up.url()).await;
 
-    let reply = gw
-        .request("tools/list")
-        .id(json!(5))
-        .capabilities(elicitation())
-        .send()
-        .await;
+    let reply = gw.request("tools/list").id(json!(5)).capabilities(elicitation()).send().await;
 
     assert_eq!(reply.status, 200, "{}", reply.raw);
     assert_eq!(reply.body["id"], 5);
     assert_eq!(reply.result()["resultType"], "complete", "{}", reply.raw);
     assert_eq!(reply.result()["tools"][0]["name"], "weather");
     assert!(!reply.raw.contains("input_required"), "{}", reply.raw);
-    assert_eq!(
-        response_to(&up, json!("l-1")).await["result"],
-        json!({"action": "cancel"})
-    );
+    assert_eq!(response_to(&up, json!("l-1")).await["result"], json!({"action": "cancel"}));
     assert_eq!(gw.metric("sessionless_parked_flows_open").await, 0.0);
 }
 
@@ -887,81 +692,43 @@ async fn request_state_rejections_have_reasons_and_are_counted() {
 
     // From another tool.
     let other_tool = json!({"name": "forecast", "arguments": {"when": "today"}});
-    let reply = retry(
-        &gw,
-        "tools/call",
-        other_tool,
-        &round,
-        answer.clone(),
-        3,
-        elicitation(),
-    )
-    .bearer("alice")
-    .send()
-    .await;
+    let reply = retry(&gw, "tools/call", other_tool, &round, answer.clone(), 3, elicitation())
+        .bearer("alice")
+        .send()
+        .await;
     reply.assert_error(400, -32602, &json!(3));
     assert_eq!(reply.reason(), Some("wrong_request"), "{}", reply.raw);
 
     // From another principal.
-    let reply = retry(
-        &gw,
-        "tools/call",
-        call_params(),
-        &round,
-        answer.clone(),
-        4,
-        elicitation(),
-    )
-    .bearer("mallory")
-    .send()
-    .await;
+    let reply = retry(&gw, "tools/call", call_params(), &round, answer.clone(), 4, elicitation())
+        .bearer("mallory")
+        .send()
+        .await;
     reply.assert_error(400, -32602, &json!(4));
     assert_eq!(reply.reason(), Some("wrong_principal"), "{}", reply.raw);
 
     // Garbage, and not a string.
     for (id, state) in [(5, json!("AAAA-garbage")), (6, json!(42))] {
         let bogus = json!({"requestState": state});
-        let reply = retry(
-            &gw,
-            "tools/call",
-            call_params(),
-            &bogus,
-            answer.clone(),
-            id,
-            elicitation(),
-        )
-        .bearer("alice")
-        .send()
-        .await;
+        let reply = retry(&gw, "tools/call", call_params(), &bogus, answer.clone(), id, elicitation())
+            .bearer("alice")
+            .send()
+            .await;
         reply.assert_error(400, -32602, &json!(id));
         assert_eq!(reply.reason(), Some("invalid"), "{}", reply.raw);
     }
 
     assert!(up.responses().is_empty(), "{}", up.dump());
     assert_eq!(up.calls("tools/call").len(), 1, "{}", up.dump());
-    assert_eq!(
-        metric_where(&gw, rejected, "reason=\"wrong_request\"").await,
-        2.0
-    );
-    assert_eq!(
-        metric_where(&gw, rejected, "reason=\"wrong_principal\"").await,
-        1.0
-    );
+    assert_eq!(metric_where(&gw, rejected, "reason=\"wrong_request\"").await, 2.0);
+    assert_eq!(metric_where(&gw, rejected, "reason=\"wrong_principal\"").await, 1.0);
     assert_eq!(metric_where(&gw, rejected, "reason=\"invalid\"").await, 2.0);
 
     // The flow survived all of it.
-    let done = retry(
-        &gw,
-        "tools/call",
-        call_params(),
-        &round,
-        answer,
-        7,
-        elicitation(),
-    )
-    .bearer("alice")
-    .send()
-    .await;
+    let done = retry(&gw, "tools/call", call_params(), &round, answer, 7, elicitation())
+        .bearer("alice")
+        .send()
+        .await;
     assert_complete(&done, 7, "carried on");
 }
 
@@ -1010,14 +777,8 @@ async fn expired_flows_are_declined_upstream_by_kind_and_retries_get_expired() {
     let summarise = json!({"name": "summarise", "arguments": {}});
 
     let (ask, sample) = tokio::join!(
-        gw.request("tools/call")
-            .params(call_params())
-            .capabilities(caps.clone())
-            .send(),
-        gw.request("tools/call")
-            .params(summarise.clone())
-            .capabilities(caps.clone())
-            .send(),
+        gw.request("tools/call").params(call_params()).capabilities(caps.clone()).send(),
+        gw.request("tools/call").params(summarise.clone()).capabilities(caps.clone()).send(),
     );
     let (ask_round, ask_key) = round_of(&ask);
     let (sample_round, sample_key) = round_of(&sample);
@@ -1057,17 +818,9 @@ async fn expired_flows_are_declined_upstream_by_kind_and_retries_get_expired() {
     late.assert_error(400, -32602, &json!(4));
     assert_eq!(late.reason(), Some("expired"), "{}", late.raw);
 
+    assert_eq!(gw.metric("sessionless_parked_flows_expired_total").await, 2.0);
     assert_eq!(
-        gw.metric("sessionless_parked_flows_expired_total").await,
-        2.0
-    );
-    assert_eq!(
-        metric_where(
-            &gw,
-            "sessionless_request_state_rejected_total",
-            "reason=\"expired\""
-        )
-        .await,
+        metric_where(&gw, "sessionless_request_state_rejected_total", "reason=\"expired\"").await,
         2.0
     );
     assert_eq!(gw.metric("sessionless_parked_flows_open").await, 0.0);
@@ -1109,24 +862,14 @@ async fn with_the_lot_full_a_second_flow_is_declined_and_the_first_still_complet
         .await;
     let gw = Gateway::from_toml(CAP_1, up.url()).await;
 
-    let first = gw
-        .request("tools/call")
-        .id(json!(1))
-        .params(call_params())
-        .capabilities(elicitation())
-        .send()
-        .await;
+    let first =
+        gw.request("tools/call").id(json!(1)).params(call_params()).capabilities(elicitation()).send().await;
     let (round, key) = round_of(&first);
     assert_eq!(gw.metric("sessionless_parked_flows_open").await, 1.0);
 
     let tomorrow = json!({"name": "weather", "arguments": {"when": "tomorrow"}});
-    let second = gw
-        .request("tools/call")
-        .id(json!(2))
-        .params(tomorrow)
-        .capabilities(elicitation())
-        .send()
-        .await;
+    let second =
+        gw.request("tools/call").id(json!(2)).params(tomorrow).capabilities(elicitation()).send().await;
     assert_eq!(second.status, 200, "{}", second.raw);
     assert_eq!(second.result()["resultType"], "complete", "{}", second.raw);
     assert_eq!(second.result()["content"][0]["text"], "finished");
@@ -1152,10 +895,7 @@ async fn with_the_lot_full_a_second_flow_is_declined_and_the_first_still_complet
     .send()
     .await;
     assert_complete(&done, 3, "finished");
-    assert_eq!(
-        response_to(&up, q(0)).await["result"],
-        json!({"action": "accept", "content": {}})
-    );
+    assert_eq!(response_to(&up, q(0)).await["result"], json!({"action": "accept", "content": {}}));
     assert_eq!(up.responses().len(), 2, "{}", up.dump());
     assert_eq!(gw.metric("sessionless_parked_flows_open").await, 0.0);
 }
@@ -1177,36 +917,13 @@ async fn two_concurrent_retries_of_one_round_deliver_one_answer() {
         .start()
         .await;
     let gw = Gateway::start(up.url()).await;
-    let first = gw
-        .request("tools/call")
-        .params(call_params())
-        .capabilities(elicitation())
-        .send()
-        .await;
+    let first = gw.request("tools/call").params(call_params()).capabilities(elicitation()).send().await;
     let (round, key) = round_of(&first);
     let answer = |city: &str| json!({&key: {"action": "accept", "content": {"value": city}}});
 
     let (a, b) = tokio::join!(
-        retry(
-            &gw,
-            "tools/call",
-            call_params(),
-            &round,
-            answer("Oslo"),
-            2,
-            elicitation()
-        )
-        .send(),
-        retry(
-            &gw,
-            "tools/call",
-            call_params(),
-            &round,
-            answer("Rome"),
-            3,
-            elicitation()
-        )
-        .send(),
+        retry(&gw, "tools/call", call_params(), &round, answer("Oslo"), 2, elicitation()).send(),
+        retry(&gw, "tools/call", call_params(), &round, answer("Rome"), 3, elicitation()).send(),
     );
 
     let (ok, refused) = if a.status == 200 { (a, b) } else { (b, a) };
@@ -1214,12 +931,7 @@ async fn two_concurrent_retries_of_one_round_deliver_one_answer() {
     let refused_id = refused.body["id"].clone();
     refused.assert_error(400, -32602, &refused_id);
     assert_eq!(refused.reason(), Some("flow_finished"), "{}", refused.raw);
-    assert_eq!(
-        up.responses().len(),
-        1,
-        "one answer upstream: {}",
-        up.dump()
-    );
+    assert_eq!(up.responses().len(), 1, "one answer upstream: {}", up.dump());
 }
 
 /// The upstream's stream ends (no event ids: nothing to resume) right after
@@ -1229,31 +941,15 @@ async fn two_concurrent_retries_of_one_round_deliver_one_answer() {
 /// and no user answer is ever posted upstream.
 #[tokio::test]
 async fn a_stream_that_ends_right_after_its_question_is_not_parked() {
-    let up = FakeUpstream::new()
-        .on(
-            "tools/call",
-            Answer::Sse(vec![elicit("q-1", "Which city?")]),
-        )
-        .start()
-        .await;
+    let up =
+        FakeUpstream::new().on("tools/call", Answer::Sse(vec![elicit("q-1", "Which city?")])).start().await;
     let gw = Gateway::start(up.url()).await;
 
-    let first = gw
-        .request("tools/call")
-        .id(json!(1))
-        .params(call_params())
-        .capabilities(elicitation())
-        .send()
-        .await;
+    let first =
+        gw.request("tools/call").id(json!(1)).params(call_params()).capabilities(elicitation()).send().await;
 
     first.assert_error(502, -32603, &json!(1));
     assert_eq!(first.reason(), Some("outcome_unknown"), "{}", first.raw);
     assert_eq!(gw.metric("sessionless_parked_flows_open").await, 0.0);
-    assert!(
-        up.responses()
-            .iter()
-            .all(|r| r.body["result"]["action"] != "accept"),
-        "{}",
-        up.dump()
-    );
+    assert!(up.responses().iter().all(|r| r.body["result"]["action"] != "accept"), "{}", up.dump());
 }

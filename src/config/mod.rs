@@ -146,10 +146,7 @@ impl Config {
     /// The configuration of `sessionless --upstream URL`: one route `/mcp`.
     pub fn single(upstream: &str, listen: SocketAddr) -> Result<Config, ConfigError> {
         let raw = RawConfig {
-            server: raw::RawServer {
-                listen: Some(listen.to_string()),
-                ..Default::default()
-            },
+            server: raw::RawServer { listen: Some(listen.to_string()), ..Default::default() },
             upstreams: vec![raw::RawUpstream {
                 name: "default".into(),
                 url: upstream.into(),
@@ -178,8 +175,8 @@ impl Config {
 
     /// Reads and validates a routing file; errors name the file and line.
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError(format!("{}: {e}", path.display())))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| ConfigError(format!("{}: {e}", path.display())))?;
         Config::from_toml(&text).map_err(|e| ConfigError(format!("{}: {}", path.display(), e.0)))
     }
 
@@ -199,17 +196,11 @@ fn ms(v: Option<u64>, default: u64) -> Duration {
 
 /// "line N: " for the first line of `text` containing `needle`, to point at a bad key.
 fn at(text: &str, needle: &str) -> String {
-    text.lines()
-        .position(|l| l.contains(needle))
-        .map(|n| format!("line {}: ", n + 1))
-        .unwrap_or_default()
+    text.lines().position(|l| l.contains(needle)).map(|n| format!("line {}: ", n + 1)).unwrap_or_default()
 }
 
 fn not_yet(text: &str, key: &str) -> ConfigError {
-    ConfigError(format!(
-        "{}`{key}` is not supported yet",
-        at(text, key.rsplit('.').next().unwrap_or(key))
-    ))
+    ConfigError(format!("{}`{key}` is not supported yet", at(text, key.rsplit('.').next().unwrap_or(key))))
 }
 
 fn validate(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
@@ -217,17 +208,10 @@ fn validate(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
         return Err(not_yet(text, "auth"));
     }
     let listen_text = raw.server.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
-    let listen: SocketAddr = listen_text.parse().map_err(|_| {
-        ConfigError(format!(
-            "{}invalid listen address `{listen_text}`",
-            at(text, "listen")
-        ))
-    })?;
-    let upstreams = raw
-        .upstreams
-        .iter()
-        .map(|u| upstream(u, text))
-        .collect::<Result<Vec<_>, _>>()?;
+    let listen: SocketAddr = listen_text
+        .parse()
+        .map_err(|_| ConfigError(format!("{}invalid listen address `{listen_text}`", at(text, "listen"))))?;
+    let upstreams = raw.upstreams.iter().map(|u| upstream(u, text)).collect::<Result<Vec<_>, _>>()?;
     if raw.routes.is_empty() {
         return Err(ConfigError("no routes: add a [[routes]] table".into()));
     }
@@ -237,21 +221,14 @@ fn validate(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
     }
     for (i, r) in routes.iter().enumerate() {
         if routes[..i].iter().any(|o| o.path == r.path) {
-            return Err(ConfigError(format!(
-                "{}duplicate route path `{}`",
-                at(text, &r.path),
-                r.path
-            )));
+            return Err(ConfigError(format!("{}duplicate route path `{}`", at(text, &r.path), r.path)));
         }
     }
     let allowed_hosts = match raw.server.allowed_hosts {
         Some(h) => Some(h),
-        None if listen.ip().is_loopback() => Some(
-            ["localhost", "127.0.0.1", "[::1]"]
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
-        ),
+        None if listen.ip().is_loopback() => {
+            Some(["localhost", "127.0.0.1", "[::1]"].iter().map(|s| s.to_string()).collect())
+        }
         None => None,
     };
     Ok(Config {
@@ -273,16 +250,8 @@ fn validate(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
             max_parked_flows: raw.limits.max_parked_flows.unwrap_or(10_000),
             parked_flow_ttl: ms(raw.limits.parked_flow_ttl_ms, 300_000),
         },
-        cluster: raw
-            .cluster
-            .as_ref()
-            .map(|c| cluster(c, text, &raw.keys))
-            .transpose()?,
-        keys: raw
-            .keys
-            .iter()
-            .map(|k| load_key(k, text))
-            .collect::<Result<_, _>>()?,
+        cluster: raw.cluster.as_ref().map(|c| cluster(c, text, &raw.keys)).transpose()?,
+        keys: raw.keys.iter().map(|k| load_key(k, text)).collect::<Result<_, _>>()?,
     })
 }
 
@@ -290,13 +259,10 @@ fn upstream(u: &raw::RawUpstream, text: &str) -> Result<Upstream, ConfigError> {
     if u.headers.is_some() {
         return Err(not_yet(text, "upstreams.headers"));
     }
-    let url: Uri = u.url.parse().map_err(|_| {
-        ConfigError(format!(
-            "{}invalid upstream url `{}`",
-            at(text, &u.url),
-            u.url
-        ))
-    })?;
+    let url: Uri = u
+        .url
+        .parse()
+        .map_err(|_| ConfigError(format!("{}invalid upstream url `{}`", at(text, &u.url), u.url)))?;
     if !matches!(url.scheme_str(), Some("http" | "https")) || url.host().is_none() {
         return Err(ConfigError(format!(
             "{}upstream url `{}` must be http:// or https:// with a host",
@@ -304,10 +270,7 @@ fn upstream(u: &raw::RawUpstream, text: &str) -> Result<Upstream, ConfigError> {
             u.url
         )));
     }
-    let protocol_version = u
-        .protocol_version
-        .clone()
-        .unwrap_or_else(|| LEGACY_VERSIONS[0].into());
+    let protocol_version = u.protocol_version.clone().unwrap_or_else(|| LEGACY_VERSIONS[0].into());
     if !LEGACY_VERSIONS.contains(&protocol_version.as_str()) {
         return Err(ConfigError(format!(
             "{}upstream protocol_version must be one of {LEGACY_VERSIONS:?}",
@@ -342,22 +305,12 @@ fn route(r: &raw::RawRoute, upstreams: &[Upstream], text: &str) -> Result<Route,
         }
     };
     if !r.path.starts_with('/') || matches!(r.path.as_str(), "/metrics" | "/healthz" | "/readyz") {
-        return Err(ConfigError(format!(
-            "{}invalid route path `{}`",
-            at(text, &r.path),
-            r.path
-        )));
+        return Err(ConfigError(format!("{}invalid route path `{}`", at(text, &r.path), r.path)));
     }
     let upstream = upstreams
         .iter()
         .find(|u| u.name == r.upstream)
-        .ok_or_else(|| {
-            ConfigError(format!(
-                "{}unknown upstream `{}`",
-                at(text, &r.upstream),
-                r.upstream
-            ))
-        })?;
+        .ok_or_else(|| ConfigError(format!("{}unknown upstream `{}`", at(text, &r.upstream), r.upstream)))?;
     let cache_scope = match r.cache_scope.as_deref() {
         None | Some("private") => CacheScope::Private,
         Some("public") => CacheScope::Public,
@@ -388,11 +341,7 @@ fn cluster(c: &raw::RawCluster, text: &str, keys: &[raw::RawKey]) -> Result<Clus
         )));
     }
     let internal_listen: SocketAddr = c.internal_listen.parse().map_err(|_| {
-        ConfigError(format!(
-            "{}invalid internal_listen `{}`",
-            at(text, "internal_listen"),
-            c.internal_listen
-        ))
+        ConfigError(format!("{}invalid internal_listen `{}`", at(text, "internal_listen"), c.internal_listen))
     })?;
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let instance_id = c
@@ -401,9 +350,7 @@ fn cluster(c: &raw::RawCluster, text: &str, keys: &[raw::RawKey]) -> Result<Clus
         .or_else(|| env("SESSIONLESS_INSTANCE_ID"))
         .or_else(|| env("HOSTNAME"))
         .ok_or_else(|| {
-            ConfigError(format!(
-                "{where_}cluster.instance_id is not set (nor $SESSIONLESS_INSTANCE_ID)"
-            ))
+            ConfigError(format!("{where_}cluster.instance_id is not set (nor $SESSIONLESS_INSTANCE_ID)"))
         })?;
     let advertise = c
         .advertise
@@ -412,9 +359,7 @@ fn cluster(c: &raw::RawCluster, text: &str, keys: &[raw::RawKey]) -> Result<Clus
         .unwrap_or_else(|| c.internal_listen.clone());
     let secret = match (&c.secret_env, &c.secret_file) {
         (Some(var), None) => std::env::var(var).map_err(|_| {
-            ConfigError(format!(
-                "{where_}cluster secret: environment variable {var} is not set"
-            ))
+            ConfigError(format!("{where_}cluster secret: environment variable {var} is not set"))
         })?,
         (None, Some(file)) => std::fs::read_to_string(file)
             .map_err(|e| ConfigError(format!("{where_}cluster secret: cannot read {file}: {e}")))?,
@@ -426,9 +371,7 @@ fn cluster(c: &raw::RawCluster, text: &str, keys: &[raw::RawKey]) -> Result<Clus
     };
     let secret = secret.trim().as_bytes().to_vec();
     if secret.len() < 16 {
-        return Err(ConfigError(format!(
-            "{where_}cluster secret must be at least 16 bytes"
-        )));
+        return Err(ConfigError(format!("{where_}cluster secret must be at least 16 bytes")));
     }
     Ok(Cluster {
         instance_id,
@@ -443,34 +386,23 @@ fn load_key(k: &raw::RawKey, text: &str) -> Result<SealKey, ConfigError> {
     let where_ = at(text, &k.id);
     let encoded = match (&k.env, &k.file) {
         (Some(var), None) => std::env::var(var).map_err(|_| {
-            ConfigError(format!(
-                "{where_}key `{}`: environment variable {var} is not set",
-                k.id
-            ))
+            ConfigError(format!("{where_}key `{}`: environment variable {var} is not set", k.id))
         })?,
         (None, Some(file)) => std::fs::read_to_string(file)
             .map_err(|e| ConfigError(format!("{where_}key `{}`: cannot read {file}: {e}", k.id)))?,
         _ => {
             return Err(ConfigError(format!(
-            "{where_}key `{}` needs exactly one of `env` or `file` (keys never sit in this file)",
-            k.id
-        )))
+                "{where_}key `{}` needs exactly one of `env` or `file` (keys never sit in this file)",
+                k.id
+            )))
         }
     };
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(encoded.trim().trim_end_matches('='))
         .ok()
         .and_then(|b| <[u8; 32]>::try_from(b).ok())
-        .ok_or_else(|| {
-            ConfigError(format!(
-                "{where_}key `{}` must be 32 bytes, base64url",
-                k.id
-            ))
-        })?;
-    Ok(SealKey {
-        id: k.id.clone(),
-        bytes,
-    })
+        .ok_or_else(|| ConfigError(format!("{where_}key `{}` must be 32 bytes, base64url", k.id)))?;
+    Ok(SealKey { id: k.id.clone(), bytes })
 }
 
 #[cfg(test)]

@@ -22,11 +22,7 @@ fn a_small_file_is_fully_defaulted() {
     assert_eq!(r.cache_scope, CacheScope::Public);
     assert_eq!(r.upstream.protocol_version, "2025-11-25");
     assert_eq!(c.limits.max_body_bytes, 4 << 20);
-    assert!(c
-        .allowed_hosts
-        .as_ref()
-        .unwrap()
-        .contains(&"localhost".to_string()));
+    assert!(c.allowed_hosts.as_ref().unwrap().contains(&"localhost".to_string()));
 }
 
 #[test]
@@ -43,10 +39,7 @@ fn later_features_are_not_supported_yet() {
     let err = Config::from_toml(&bad).unwrap_err().0;
     assert!(err.contains("not supported yet"), "{err}");
     let bad = GOOD.replace("cache_scope = \"public\"", "tool_prefix = \"a_\"");
-    assert!(Config::from_toml(&bad)
-        .unwrap_err()
-        .0
-        .contains("not supported yet"));
+    assert!(Config::from_toml(&bad).unwrap_err().0.contains("not supported yet"));
 }
 
 #[test]
@@ -89,20 +82,14 @@ fn cluster_mode_needs_shared_keys_and_a_secret_from_outside_the_file() {
     std::env::set_var("SESSIONLESS_TEST_CLUSTER_SECRET", "0123456789abcdef0123");
     let cluster = "\n[cluster]\ninstance_id = \"gw-a\"\ninternal_listen = \"127.0.0.1:9101\"\nsecret_env = \"SESSIONLESS_TEST_CLUSTER_SECRET\"\n";
     let no_keys = format!("{GOOD}{cluster}");
-    assert!(Config::from_toml(&no_keys)
-        .unwrap_err()
-        .0
-        .contains("[[keys]]"));
+    assert!(Config::from_toml(&no_keys).unwrap_err().0.contains("[[keys]]"));
     let keys = "\n[[keys]]\nid = \"k\"\nenv = \"SESSIONLESS_TEST_KEY_2\"\n";
     let ok = format!("{GOOD}{cluster}{keys}");
     let c = Config::from_toml(&ok).unwrap().cluster.unwrap();
     assert_eq!(c.instance_id, "gw-a");
     assert_eq!(c.advertise, "127.0.0.1:9101");
     assert!(!format!("{c:?}").contains("0123456789"));
-    let inline = ok.replace(
-        "secret_env = \"SESSIONLESS_TEST_CLUSTER_SECRET\"",
-        "secret = \"x\"",
-    );
+    let inline = ok.replace("secret_env = \"SESSIONLESS_TEST_CLUSTER_SECRET\"", "secret = \"x\"");
     assert!(Config::from_toml(&inline).is_err());
 }
 

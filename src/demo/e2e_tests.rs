@@ -30,12 +30,7 @@ async fn start(max_sessions: usize) -> Demo {
     let idle = Duration::from_secs(60);
     let task = tokio::spawn(super::serve_with(listener, shutdown, max_sessions, idle));
     let client = Client::builder(TokioExecutor::new()).build_http();
-    Demo {
-        url,
-        client,
-        stop: Some(stop),
-        task,
-    }
+    Demo { url, client, stop: Some(stop), task }
 }
 
 impl Demo {
@@ -46,9 +41,7 @@ impl Demo {
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream");
         if let Some(id) = session {
-            req = req
-                .header("mcp-session-id", id)
-                .header("mcp-protocol-version", "2025-11-25");
+            req = req.header("mcp-session-id", id).header("mcp-protocol-version", "2025-11-25");
         }
         let req = req.body(Full::new(Bytes::from(body.to_owned()))).unwrap();
         self.client.request(req).await.unwrap()
@@ -64,16 +57,10 @@ impl Demo {
             "protocolVersion":version,"capabilities":capabilities,"clientInfo":{"name":"e2e","version":"1"}}});
         let resp = self.post(None, init).await;
         assert_eq!(resp.status(), StatusCode::OK);
-        let id = resp.headers()["mcp-session-id"]
-            .to_str()
-            .unwrap()
-            .to_owned();
+        let id = resp.headers()["mcp-session-id"].to_str().unwrap().to_owned();
         assert_eq!(json_of(resp).await["result"]["protocolVersion"], version);
         let note = json!({"jsonrpc":"2.0","method":"notifications/initialized"});
-        assert_eq!(
-            self.post(Some(&id), note).await.status(),
-            StatusCode::ACCEPTED
-        );
+        assert_eq!(self.post(Some(&id), note).await.status(), StatusCode::ACCEPTED);
         id
     }
 
@@ -82,10 +69,7 @@ impl Demo {
             let _ = stop.send(());
         }
         let served = tokio::time::timeout(Duration::from_secs(10), self.task).await;
-        served
-            .expect("serve returns after shutdown")
-            .unwrap()
-            .unwrap();
+        served.expect("serve returns after shutdown").unwrap().unwrap();
     }
 }
 
@@ -104,10 +88,7 @@ struct Events {
 impl Events {
     fn of(resp: Response<Incoming>) -> Self {
         assert_eq!(resp.headers()["content-type"], "text/event-stream");
-        Self {
-            body: resp.into_body(),
-            buf: String::new(),
-        }
+        Self { body: resp.into_body(), buf: String::new() }
     }
 
     async fn next(&mut self) -> Option<Value> {
@@ -134,46 +115,27 @@ fn call(id: u64, name: &str, arguments: Value) -> Value {
 #[tokio::test]
 async fn session_lifecycle_with_elicitation() {
     let demo = start(100).await;
-    let sid = demo
-        .session("2025-11-25", json!({"elicitation":{"form":{}}}))
-        .await;
+    let sid = demo.session("2025-11-25", json!({"elicitation":{"form":{}}})).await;
 
-    let echo = demo
-        .post(Some(&sid), call(1, "echo", json!({"text":"hi"})))
-        .await;
+    let echo = demo.post(Some(&sid), call(1, "echo", json!({"text":"hi"}))).await;
     assert_eq!(echo.status(), StatusCode::OK);
     assert_eq!(json_of(echo).await["result"]["content"][0]["text"], "hi");
 
-    let asked = demo
-        .post(
-            Some(&sid),
-            call(2, "ask_user", json!({"question":"colour?"})),
-        )
-        .await;
+    let asked = demo.post(Some(&sid), call(2, "ask_user", json!({"question":"colour?"}))).await;
     let mut events = Events::of(asked);
     let request = events.next().await.unwrap();
     assert_eq!(request["method"], "elicitation/create");
     assert_eq!(request["params"]["message"], "colour?");
-    let answer = json!({"jsonrpc":"2.0","id":request["id"],"result":{"action":"accept","content":{"answer":"blue"}}});
-    assert_eq!(
-        demo.post(Some(&sid), answer).await.status(),
-        StatusCode::ACCEPTED
-    );
+    let answer =
+        json!({"jsonrpc":"2.0","id":request["id"],"result":{"action":"accept","content":{"answer":"blue"}}});
+    assert_eq!(demo.post(Some(&sid), answer).await.status(), StatusCode::ACCEPTED);
     let result = events.next().await.unwrap();
     assert_eq!(result["id"], 2);
     assert_eq!(result["result"]["content"][0]["text"], "you answered: blue");
-    assert!(
-        events.next().await.is_none(),
-        "stream ends after the result"
-    );
+    assert!(events.next().await.is_none(), "stream ends after the result");
 
-    assert_eq!(
-        demo.send(Method::DELETE, Some(&sid), "").await.status(),
-        StatusCode::OK
-    );
-    let gone = demo
-        .post(Some(&sid), call(3, "echo", json!({"text":"hi"})))
-        .await;
+    assert_eq!(demo.send(Method::DELETE, Some(&sid), "").await.status(), StatusCode::OK);
+    let gone = demo.post(Some(&sid), call(3, "echo", json!({"text":"hi"}))).await;
     assert_eq!(gone.status(), StatusCode::NOT_FOUND);
     demo.stop().await;
 }
@@ -195,10 +157,7 @@ async fn slow_reports_progress_over_sse() {
         }
     };
     assert_eq!(progress, [1, 2]);
-    assert_eq!(
-        last["result"]["content"][0]["text"],
-        "slow finished 2 steps"
-    );
+    assert_eq!(last["result"]["content"][0]["text"], "slow finished 2 steps");
     demo.stop().await;
 }
 
@@ -209,21 +168,13 @@ async fn transport_errors_use_legacy_statuses() {
     let missing = demo.post(None, ping.clone()).await;
     assert_eq!(missing.status(), StatusCode::BAD_REQUEST);
     assert!(json_of(missing).await["error"]["code"].is_i64());
-    assert_eq!(
-        demo.post(Some("nope"), ping).await.status(),
-        StatusCode::NOT_FOUND
-    );
+    assert_eq!(demo.post(Some("nope"), ping).await.status(), StatusCode::NOT_FOUND);
     let garbage = demo.send(Method::POST, None, "{not json").await;
     assert_eq!(garbage.status(), StatusCode::BAD_REQUEST);
     assert_eq!(json_of(garbage).await["error"]["code"], -32700);
-    assert_eq!(
-        demo.send(Method::PUT, None, "").await.status(),
-        StatusCode::METHOD_NOT_ALLOWED
-    );
+    assert_eq!(demo.send(Method::PUT, None, "").await.status(), StatusCode::METHOD_NOT_ALLOWED);
     let sid = demo.session("2025-11-25", json!({})).await;
-    let unknown = demo
-        .post(Some(&sid), json!({"jsonrpc":"2.0","id":4,"method":"nope"}))
-        .await;
+    let unknown = demo.post(Some(&sid), json!({"jsonrpc":"2.0","id":4,"method":"nope"})).await;
     assert_eq!(json_of(unknown).await["error"]["code"], -32601);
     demo.stop().await;
 }
@@ -241,9 +192,7 @@ async fn batches_on_2025_03_26_and_eviction() {
     assert_eq!(replies.as_array().unwrap().len(), 2);
     // A second session pushes the first out (the store holds one here).
     let _second = demo.session("2025-03-26", json!({})).await;
-    let evicted = demo
-        .post(Some(&sid), json!({"jsonrpc":"2.0","id":1,"method":"ping"}))
-        .await;
+    let evicted = demo.post(Some(&sid), json!({"jsonrpc":"2.0","id":1,"method":"ping"})).await;
     assert_eq!(evicted.status(), StatusCode::NOT_FOUND);
     demo.stop().await;
 }
@@ -255,10 +204,7 @@ async fn get_stream_ends_on_delete_and_shutdown_drains() {
     let get = demo.send(Method::GET, Some(&sid), "").await;
     assert_eq!(get.status(), StatusCode::OK);
     let mut stream = Events::of(get);
-    assert_eq!(
-        demo.send(Method::DELETE, Some(&sid), "").await.status(),
-        StatusCode::OK
-    );
+    assert_eq!(demo.send(Method::DELETE, Some(&sid), "").await.status(), StatusCode::OK);
     let ended = tokio::time::timeout(Duration::from_secs(5), stream.next()).await;
     assert!(ended.expect("GET stream ends").is_none());
 

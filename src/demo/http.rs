@@ -30,15 +30,8 @@ pub(super) async fn handle(server: Arc<Server>, req: Request<Incoming>) -> Respo
         return plain(StatusCode::NOT_FOUND, "not found: the MCP endpoint is /mcp");
     }
     if let Some(v) = req.headers().get(VERSION_HEADER) {
-        if !VERSIONS
-            .iter()
-            .any(|known| v.as_bytes() == known.as_bytes())
-        {
-            return error(
-                StatusCode::BAD_REQUEST,
-                rpc::INVALID_REQUEST,
-                "unsupported MCP-Protocol-Version",
-            );
+        if !VERSIONS.iter().any(|known| v.as_bytes() == known.as_bytes()) {
+            return error(StatusCode::BAD_REQUEST, rpc::INVALID_REQUEST, "unsupported MCP-Protocol-Version");
         }
     }
     match *req.method() {
@@ -47,8 +40,7 @@ pub(super) async fn handle(server: Arc<Server>, req: Request<Incoming>) -> Respo
         Method::DELETE => delete(&server, &req),
         _ => {
             let mut resp = plain(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
-            resp.headers_mut()
-                .insert(ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+            resp.headers_mut().insert(ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
             resp
         }
     }
@@ -59,20 +51,12 @@ async fn post(server: &Server, req: Request<Incoming>) -> Response<DemoBody> {
     let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            return error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                rpc::INVALID_REQUEST,
-                "body too large",
-            );
+            return error(StatusCode::PAYLOAD_TOO_LARGE, rpc::INVALID_REQUEST, "body too large");
         }
         Err(_) => return plain(StatusCode::BAD_REQUEST, "could not read the request body"),
     };
     let Ok(text) = std::str::from_utf8(&body) else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            rpc::PARSE_ERROR,
-            "body is not UTF-8",
-        );
+        return error(StatusCode::BAD_REQUEST, rpc::PARSE_ERROR, "body is not UTF-8");
     };
     if text.trim_start().starts_with('[') {
         return post_batch(server, header.as_ref(), text);
@@ -82,19 +66,11 @@ async fn post(server: &Server, req: Request<Incoming>) -> Response<DemoBody> {
         Err(e) => return unparsable(&e),
     };
     let kind = msg.kind();
-    if let Kind::Request {
-        id,
-        method: "initialize",
-    } = kind
-    {
+    if let Kind::Request { id, method: "initialize" } = kind {
         return initialize(server, id, &msg);
     }
     if let Kind::Invalid = kind {
-        return error(
-            StatusCode::BAD_REQUEST,
-            rpc::INVALID_REQUEST,
-            "not a JSON-RPC message",
-        );
+        return error(StatusCode::BAD_REQUEST, rpc::INVALID_REQUEST, "not a JSON-RPC message");
     }
     let session = match lookup(server, header.as_ref()) {
         Ok(session) => session,
@@ -148,11 +124,7 @@ fn post_batch(server: &Server, header: Option<&HeaderValue>, text: &str) -> Resp
         Err(no) => return no.respond(),
     };
     if session.version != "2025-03-26" {
-        return error(
-            StatusCode::BAD_REQUEST,
-            rpc::INVALID_REQUEST,
-            "batches need protocol 2025-03-26",
-        );
+        return error(StatusCode::BAD_REQUEST, rpc::INVALID_REQUEST, "batches need protocol 2025-03-26");
     }
     let (mut replies, mut jobs) = (Vec::new(), Vec::new());
     for item in items {
@@ -162,10 +134,7 @@ fn post_batch(server: &Server, header: Option<&HeaderValue>, text: &str) -> Resp
             continue;
         };
         match msg.kind() {
-            Kind::Request {
-                id,
-                method: "initialize",
-            } => {
+            Kind::Request { id, method: "initialize" } => {
                 let err = RpcError::new(rpc::INVALID_REQUEST, "initialize cannot be batched");
                 replies.push(rpc::error_bytes(Some(id), &err));
             }
@@ -226,10 +195,7 @@ fn get(server: &Server, req: &Request<Incoming>) -> Response<DemoBody> {
     };
     if let Some(accept) = req.headers().get(ACCEPT).and_then(|a| a.to_str().ok()) {
         if !accept.contains("text/event-stream") && !accept.contains("*/*") {
-            return plain(
-                StatusCode::NOT_ACCEPTABLE,
-                "GET needs Accept: text/event-stream",
-            );
+            return plain(StatusCode::NOT_ACCEPTABLE, "GET needs Accept: text/event-stream");
         }
     }
     let stop = session.open_get_stream();
@@ -276,11 +242,7 @@ impl NoSession {
                 rpc::BAD_SESSION_REQUEST,
                 "Bad Request: Mcp-Session-Id header is required",
             ),
-            Self::Unknown => error(
-                StatusCode::NOT_FOUND,
-                rpc::SESSION_NOT_FOUND,
-                "Session not found",
-            ),
+            Self::Unknown => error(StatusCode::NOT_FOUND, rpc::SESSION_NOT_FOUND, "Session not found"),
         }
     }
 }
@@ -297,27 +259,19 @@ fn unparsable(e: &serde_json::Error) -> Response<DemoBody> {
         serde_json::error::Category::Data => rpc::INVALID_REQUEST,
         _ => rpc::PARSE_ERROR,
     };
-    let message = if code == rpc::PARSE_ERROR {
-        "Parse error"
-    } else {
-        "Invalid Request"
-    };
+    let message = if code == rpc::PARSE_ERROR { "Parse error" } else { "Invalid Request" };
     error(StatusCode::BAD_REQUEST, code, message)
 }
 
 fn json(status: StatusCode, bytes: Vec<u8>) -> Response<DemoBody> {
     let mut resp = Response::new(Either::Left(Full::new(Bytes::from(bytes))));
     *resp.status_mut() = status;
-    resp.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     resp
 }
 
 fn error(status: StatusCode, code: i64, message: &'static str) -> Response<DemoBody> {
-    json(
-        status,
-        rpc::error_bytes(None, &RpcError::new(code, message)),
-    )
+    json(status, rpc::error_bytes(None, &RpcError::new(code, message)))
 }
 
 fn sse(body: rpc::SseBody) -> Response<DemoBody> {
@@ -331,8 +285,7 @@ fn sse(body: rpc::SseBody) -> Response<DemoBody> {
 fn plain(status: StatusCode, text: &'static str) -> Response<DemoBody> {
     let mut resp = Response::new(Either::Left(Full::new(Bytes::from_static(text.as_bytes()))));
     *resp.status_mut() = status;
-    resp.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
     resp
 }
 

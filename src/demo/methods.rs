@@ -24,9 +24,7 @@ Resources: demo://readme and demo://greeting/{name}. Prompt: greet.";
 const README: &str = "sessionless demo server\n\nA legacy (session-based) MCP server \
 used to try the sessionless gateway and to test and benchmark it.\n";
 
-const NAMES: [&str; 8] = [
-    "Ada", "Alan", "Alice", "Barbara", "Bob", "Grace", "Linus", "Margaret",
-];
+const NAMES: [&str; 8] = ["Ada", "Alan", "Alice", "Barbara", "Bob", "Grace", "Linus", "Margaret"];
 
 /// Answers that never change, serialised once per server.
 pub(super) struct Catalog {
@@ -82,19 +80,11 @@ pub(super) fn initialize(
     msg: &Message<'_>,
     parent: &CancellationToken,
 ) -> Result<(Vec<u8>, Session), Vec<u8>> {
-    let params: InitParams = msg
-        .params_as()
-        .map_err(|e| rpc::error_bytes(Some(id), &RpcError::invalid_params(e.to_string())))?;
+    let params: InitParams =
+        msg.params_as().map_err(|e| rpc::error_bytes(Some(id), &RpcError::invalid_params(e.to_string())))?;
     let requested = params.protocol_version.as_deref().unwrap_or(LATEST);
-    let version = VERSIONS
-        .into_iter()
-        .find(|v| *v == requested)
-        .unwrap_or(LATEST);
-    let session = Session::new(
-        version,
-        declares_form_elicitation(&params.capabilities),
-        parent,
-    );
+    let version = VERSIONS.into_iter().find(|v| *v == requested).unwrap_or(LATEST);
+    let session = Session::new(version, declares_form_elicitation(&params.capabilities), parent);
     let result = json!({
         "protocolVersion": version,
         "capabilities": {
@@ -129,10 +119,7 @@ pub(super) fn dispatch(
         "tools/call" => match tools::call(session, msg) {
             Ok(tools::Outcome::Done(result)) => Ok(rpc::result_bytes(id, &result)),
             Ok(tools::Outcome::Stream(kind)) => {
-                return Reply::Stream(Job {
-                    id: id.to_owned(),
-                    kind,
-                });
+                return Reply::Stream(Job { id: id.to_owned(), kind });
             }
             Err(e) => Err(e),
         },
@@ -142,10 +129,7 @@ pub(super) fn dispatch(
         "prompts/list" => Ok(rpc::result_bytes(id, &catalog.prompts)),
         "prompts/get" => get_prompt(msg).map(|v| rpc::result_bytes(id, &v)),
         "completion/complete" => complete(msg).map(|v| rpc::result_bytes(id, &v)),
-        _ => Err(RpcError::new(
-            rpc::METHOD_NOT_FOUND,
-            format!("method not found: {method}"),
-        )),
+        _ => Err(RpcError::new(rpc::METHOD_NOT_FOUND, format!("method not found: {method}"))),
     };
     Reply::Json(answer.unwrap_or_else(|e| rpc::error_bytes(Some(id), &e)))
 }
@@ -183,9 +167,7 @@ fn set_level(session: &Session, msg: &Message<'_>) -> Result<Value, RpcError> {
     struct P {
         level: String,
     }
-    let p: P = msg
-        .params_as()
-        .map_err(|e| RpcError::invalid_params(e.to_string()))?;
+    let p: P = msg.params_as().map_err(|e| RpcError::invalid_params(e.to_string()))?;
     let level = LEVELS
         .iter()
         .position(|l| *l == p.level)
@@ -200,9 +182,7 @@ struct UriParams {
 }
 
 fn read_resource(msg: &Message<'_>) -> Result<Value, RpcError> {
-    let p: UriParams = msg
-        .params_as()
-        .map_err(|e| RpcError::invalid_params(e.to_string()))?;
+    let p: UriParams = msg.params_as().map_err(|e| RpcError::invalid_params(e.to_string()))?;
     let text = match p.uri.strip_prefix("demo://greeting/") {
         _ if p.uri == "demo://readme" => README.to_owned(),
         Some(name) if !name.is_empty() => format!("Hello, {name}!"),
@@ -221,20 +201,11 @@ fn get_prompt(msg: &Message<'_>) -> Result<Value, RpcError> {
         #[serde(default)]
         arguments: Option<serde_json::Map<String, Value>>,
     }
-    let p: P = msg
-        .params_as()
-        .map_err(|e| RpcError::invalid_params(e.to_string()))?;
+    let p: P = msg.params_as().map_err(|e| RpcError::invalid_params(e.to_string()))?;
     if p.name != "greet" {
-        return Err(RpcError::invalid_params(format!(
-            "unknown prompt: {}",
-            p.name
-        )));
+        return Err(RpcError::invalid_params(format!("unknown prompt: {}", p.name)));
     }
-    let who = p
-        .arguments
-        .as_ref()
-        .and_then(|a| a.get("name"))
-        .and_then(Value::as_str);
+    let who = p.arguments.as_ref().and_then(|a| a.get("name")).and_then(Value::as_str);
     let who = who.ok_or_else(|| RpcError::invalid_params("missing required argument: name"))?;
     Ok(json!({
         "description": "Greet someone by name.",
@@ -246,9 +217,7 @@ fn get_prompt(msg: &Message<'_>) -> Result<Value, RpcError> {
 }
 
 fn complete(msg: &Message<'_>) -> Result<Value, RpcError> {
-    let p: Value = msg
-        .params_as()
-        .map_err(|e| RpcError::invalid_params(e.to_string()))?;
+    let p: Value = msg.params_as().map_err(|e| RpcError::invalid_params(e.to_string()))?;
     let reference = &p["ref"];
     let known = match reference["type"].as_str() {
         Some("ref/prompt") => reference["name"] == "greet",
@@ -260,10 +229,7 @@ fn complete(msg: &Message<'_>) -> Result<Value, RpcError> {
     }
     let values: Vec<&str> = if p["argument"]["name"] == "name" {
         let prefix = p["argument"]["value"].as_str().unwrap_or("").to_lowercase();
-        NAMES
-            .into_iter()
-            .filter(|n| n.to_lowercase().starts_with(&prefix))
-            .collect()
+        NAMES.into_iter().filter(|n| n.to_lowercase().starts_with(&prefix)).collect()
     } else {
         Vec::new()
     };

@@ -56,9 +56,7 @@ impl<'a> Message<'a> {
         match (self.id, self.method.as_deref()) {
             (Some(id), Some(method)) => Kind::Request { id, method },
             (None, Some(method)) => Kind::Notification { method },
-            (Some(id), None) if self.result.is_some() || self.error.is_some() => {
-                Kind::Response { id }
-            }
+            (Some(id), None) if self.result.is_some() || self.error.is_some() => Kind::Response { id },
             _ => Kind::Invalid,
         }
     }
@@ -79,11 +77,7 @@ pub(super) struct RpcError {
 
 impl RpcError {
     pub(super) fn new(code: i64, message: impl Into<Cow<'static, str>>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-            data: None,
-        }
+        Self { code, message: message.into(), data: None }
     }
 
     pub(super) fn invalid_params(message: impl Into<Cow<'static, str>>) -> Self {
@@ -132,9 +126,7 @@ pub(super) fn message_bytes(message: &Value) -> Vec<u8> {
 
 /// A request id in a canonical textual form, for matching `requestId`s.
 pub(super) fn canonical_id(id: &RawValue) -> String {
-    serde_json::from_str::<Value>(id.get())
-        .map(|v| v.to_string())
-        .unwrap_or_else(|_| id.get().to_owned())
+    serde_json::from_str::<Value>(id.get()).map(|v| v.to_string()).unwrap_or_else(|_| id.get().to_owned())
 }
 
 /// An SSE response body fed by a channel; dropping it tells the producer the
@@ -151,9 +143,7 @@ impl Body for SseBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        self.rx
-            .poll_recv(cx)
-            .map(|chunk| chunk.map(|b| Ok(Frame::data(b))))
+        self.rx.poll_recv(cx).map(|chunk| chunk.map(|b| Ok(Frame::data(b))))
     }
 }
 
@@ -184,10 +174,7 @@ impl Sink {
 
     /// Sends an SSE comment line (keep-alive); false once the client has gone.
     pub(super) async fn comment(&mut self, text: &'static str) -> bool {
-        self.tx
-            .send(Bytes::from_static(text.as_bytes()))
-            .await
-            .is_ok()
+        self.tx.send(Bytes::from_static(text.as_bytes())).await.is_ok()
     }
 
     /// This stream's number within its session.

@@ -14,16 +14,8 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 /// Log levels in RFC 5424 order, as `logging/setLevel` names them.
-pub(super) const LEVELS: [&str; 8] = [
-    "debug",
-    "info",
-    "notice",
-    "warning",
-    "error",
-    "critical",
-    "alert",
-    "emergency",
-];
+pub(super) const LEVELS: [&str; 8] =
+    ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
 pub(super) const INFO: u8 = 1;
 
 /// The client's answer to a server→client request: `result` or `error`.
@@ -52,11 +44,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Session {
-    pub(super) fn new(
-        version: &'static str,
-        elicitation: bool,
-        parent: &CancellationToken,
-    ) -> Self {
+    pub(super) fn new(version: &'static str, elicitation: bool, parent: &CancellationToken) -> Self {
         let id: Arc<str> = format!("{:032x}", rand::random::<u128>()).into();
         Self {
             id,
@@ -105,10 +93,7 @@ impl Session {
 
     /// Delivers a posted JSON-RPC response; false if nothing was waiting for it.
     pub(super) fn deliver(&self, id: &Value, answer: ClientAnswer) -> bool {
-        let Some(id) = id
-            .as_u64()
-            .or_else(|| id.as_str().and_then(|s| s.parse().ok()))
-        else {
+        let Some(id) = id.as_u64().or_else(|| id.as_str().and_then(|s| s.parse().ok())) else {
             return false;
         };
         match lock(&self.pending).remove(&id) {
@@ -122,12 +107,7 @@ impl Session {
     pub(super) fn track(&self, key: String, tag: u64) -> InflightGuard<'_> {
         let token = self.closed.child_token();
         lock(&self.inflight).insert(key.clone(), (tag, token.clone()));
-        InflightGuard {
-            session: self,
-            key,
-            tag,
-            token,
-        }
+        InflightGuard { session: self, key, tag, token }
     }
 
     /// `notifications/cancelled`: stops the call if it is still running.
@@ -175,10 +155,7 @@ impl Drop for InflightGuard<'_> {
     fn drop(&mut self) {
         let mut inflight = lock(&self.session.inflight);
         // A client may reuse a request id; only remove our own entry.
-        if inflight
-            .get(&self.key)
-            .is_some_and(|(tag, _)| *tag == self.tag)
-        {
+        if inflight.get(&self.key).is_some_and(|(tag, _)| *tag == self.tag) {
             inflight.remove(&self.key);
         }
     }

@@ -20,9 +20,7 @@ fn session(elicitation: bool) -> Session {
 /// Runs one request through the method table; returns the parsed envelope.
 fn call(session: &Session, body: &str) -> Value {
     let msg: Message<'_> = serde_json::from_str(body).expect("test message parses");
-    let Kind::Request { id, method } = msg.kind() else {
-        panic!("not a request: {body}")
-    };
+    let Kind::Request { id, method } = msg.kind() else { panic!("not a request: {body}") };
     match methods::dispatch(&Catalog::new(), session, id, method, &msg) {
         Reply::Json(bytes) => serde_json::from_slice(&bytes).expect("reply is JSON"),
         Reply::Stream(_) => panic!("unexpected stream for {body}"),
@@ -61,19 +59,10 @@ fn messages_are_classified() {
         Kind::Response { .. } => "response",
         Kind::Invalid => "invalid",
     };
-    assert_eq!(
-        kind(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#),
-        "request"
-    );
-    assert_eq!(
-        kind(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
-        "notification"
-    );
+    assert_eq!(kind(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), "request");
+    assert_eq!(kind(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#), "notification");
     assert_eq!(kind(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#), "response");
-    assert_eq!(
-        kind(r#"{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"x"}}"#),
-        "response"
-    );
+    assert_eq!(kind(r#"{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"x"}}"#), "response");
     assert_eq!(kind(r#"{"jsonrpc":"2.0","id":1}"#), "invalid");
 }
 
@@ -98,46 +87,28 @@ fn initialize_negotiates_the_version_and_reads_elicitation() {
     let (reply, session) = init("2024-11-05", json!({}));
     assert_eq!(reply["result"]["protocolVersion"], "2025-11-25");
     assert!(!session.elicitation);
-    assert!(!methods::declares_form_elicitation(
-        &json!({"elicitation":{"url":{}}})
-    ));
-    assert!(methods::declares_form_elicitation(
-        &json!({"elicitation":{"form":{}}})
-    ));
+    assert!(!methods::declares_form_elicitation(&json!({"elicitation":{"url":{}}})));
+    assert!(methods::declares_form_elicitation(&json!({"elicitation":{"form":{}}})));
 }
 
 #[test]
 fn plain_methods_answer() {
     let s = session(false);
-    assert_eq!(
-        call(&s, r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)["result"],
-        json!({})
-    );
+    assert_eq!(call(&s, r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)["result"], json!({}));
     let tools = call(&s, r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
-    let names: Vec<&str> = tools["result"]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        names,
-        ["echo", "add", "counter", "slow", "fail", "ask_user"]
-    );
+    let names: Vec<&str> =
+        tools["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["echo", "add", "counter", "slow", "fail", "ask_user"]);
     assert!(tools["result"]["tools"]
         .as_array()
         .unwrap()
         .iter()
         .all(|t| t["inputSchema"]["type"] == "object"));
-    assert_eq!(
-        error_code(&call(&s, r#"{"jsonrpc":"2.0","id":1,"method":"nope"}"#)),
-        -32601
-    );
+    assert_eq!(error_code(&call(&s, r#"{"jsonrpc":"2.0","id":1,"method":"nope"}"#)), -32601);
     let set = |level: &str| {
         call(
             &s,
-            &json!({"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":level}})
-                .to_string(),
+            &json!({"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":level}}).to_string(),
         )
     };
     assert_eq!(set("error")["result"], json!({}));
@@ -157,14 +128,8 @@ fn tools_answer_at_once() {
     assert_eq!(add["result"]["structuredContent"], json!({"sum":42}));
     assert_eq!(error_code(&tool(&s, "add", json!({"a":"x","b":1}))), -32602);
     assert_eq!(error_code(&tool(&s, "echo", json!({}))), -32602);
-    assert_eq!(
-        tool(&s, "counter", json!({}))["result"]["content"][0]["text"],
-        "1"
-    );
-    assert_eq!(
-        tool(&s, "counter", json!({}))["result"]["content"][0]["text"],
-        "2"
-    );
+    assert_eq!(tool(&s, "counter", json!({}))["result"]["content"][0]["text"], "1");
+    assert_eq!(tool(&s, "counter", json!({}))["result"]["content"][0]["text"], "2");
     assert_eq!(tool(&s, "fail", json!({}))["result"]["isError"], true);
     assert_eq!(tool(&s, "ask_user", json!({}))["result"]["isError"], true);
     assert_eq!(error_code(&tool(&s, "nope", json!({}))), -32602);
@@ -174,29 +139,13 @@ fn tools_answer_at_once() {
 fn resources_prompts_and_completions() {
     let s = session(false);
     let read = |uri: &str| {
-        call(
-            &s,
-            &json!({"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":uri}})
-                .to_string(),
-        )
+        call(&s, &json!({"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":uri}}).to_string())
     };
-    assert_eq!(
-        read("demo://readme")["result"]["contents"][0]["mimeType"],
-        "text/plain"
-    );
-    assert_eq!(
-        read("demo://greeting/Ada")["result"]["contents"][0]["text"],
-        "Hello, Ada!"
-    );
+    assert_eq!(read("demo://readme")["result"]["contents"][0]["mimeType"], "text/plain");
+    assert_eq!(read("demo://greeting/Ada")["result"]["contents"][0]["text"], "Hello, Ada!");
     assert_eq!(error_code(&read("demo://nothing")), -32002);
-    let list = call(
-        &s,
-        r#"{"jsonrpc":"2.0","id":1,"method":"resources/templates/list"}"#,
-    );
-    assert_eq!(
-        list["result"]["resourceTemplates"][0]["uriTemplate"],
-        "demo://greeting/{name}"
-    );
+    let list = call(&s, r#"{"jsonrpc":"2.0","id":1,"method":"resources/templates/list"}"#);
+    assert_eq!(list["result"]["resourceTemplates"][0]["uriTemplate"], "demo://greeting/{name}");
     let get = |name: &str| {
         call(&s, &json!({"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":name,"arguments":{"name":"Bob"}}}).to_string())
     };
@@ -206,10 +155,7 @@ fn resources_prompts_and_completions() {
         &s,
         r#"{"jsonrpc":"2.0","id":1,"method":"completion/complete","params":{"ref":{"type":"ref/prompt","name":"greet"},"argument":{"name":"name","value":"al"}}}"#,
     );
-    assert_eq!(
-        complete["result"]["completion"]["values"],
-        json!(["Alan", "Alice"])
-    );
+    assert_eq!(complete["result"]["completion"]["values"], json!(["Alan", "Alice"]));
 }
 
 #[test]
@@ -217,19 +163,15 @@ fn elicitation_results_become_text() {
     let text = |v: Value| serde_json::to_value(tools::elicitation_result(&v)).unwrap();
     let r = text(json!({"action":"accept","content":{"answer":"blue"}}));
     assert_eq!(r["content"][0]["text"], "you answered: blue");
-    assert_eq!(
-        text(json!({"action":"decline"}))["content"][0]["text"],
-        "no answer (decline)"
-    );
+    assert_eq!(text(json!({"action":"decline"}))["content"][0]["text"], "no answer (decline)");
 }
 
 #[test]
 fn store_evicts_the_oldest_and_expires_idle_sessions() {
     let stop = CancellationToken::new();
     let store = Store::new(2, Duration::from_secs(60));
-    let sessions: Vec<Arc<Session>> = (0..3)
-        .map(|_| Arc::new(Session::new("2025-11-25", false, &stop)))
-        .collect();
+    let sessions: Vec<Arc<Session>> =
+        (0..3).map(|_| Arc::new(Session::new("2025-11-25", false, &stop))).collect();
     for s in &sessions {
         store.insert(Arc::clone(s));
     }
@@ -258,9 +200,7 @@ async fn next_event(body: &mut SseBody) -> Option<Value> {
 
 fn job(session: &Session, body: &str) -> Job {
     let msg: Message<'_> = serde_json::from_str(body).unwrap();
-    let Kind::Request { id, method } = msg.kind() else {
-        panic!()
-    };
+    let Kind::Request { id, method } = msg.kind() else { panic!() };
     match methods::dispatch(&Catalog::new(), session, id, method, &msg) {
         Reply::Stream(job) => job,
         Reply::Json(bytes) => panic!("expected a stream: {}", String::from_utf8_lossy(&bytes)),
@@ -321,10 +261,7 @@ async fn cancelled_notification_stops_a_streamed_call() {
     )
     .unwrap();
     methods::notify(&s, "notifications/cancelled", &cancel);
-    assert!(
-        next_event(&mut body).await.is_none(),
-        "no result after cancel"
-    );
+    assert!(next_event(&mut body).await.is_none(), "no result after cancel");
     task.await.unwrap();
     assert!(!s.cancel("5"), "in-flight entry removed");
 }
@@ -341,14 +278,8 @@ async fn ask_user_waits_for_the_posted_answer_and_abandons_on_close() {
     });
     let request = next_event(&mut body).await.unwrap();
     assert_eq!(request["method"], "elicitation/create");
-    assert_eq!(
-        request["params"]["requestedSchema"]["required"],
-        json!(["answer"])
-    );
-    assert!(s.deliver(
-        &request["id"],
-        Ok(json!({"action":"accept","content":{"answer":"red"}}))
-    ));
+    assert_eq!(request["params"]["requestedSchema"]["required"], json!(["answer"]));
+    assert!(s.deliver(&request["id"], Ok(json!({"action":"accept","content":{"answer":"red"}}))));
     let result = next_event(&mut body).await.unwrap();
     assert_eq!(result["result"]["content"][0]["text"], "you answered: red");
     task.await.unwrap();
@@ -362,9 +293,6 @@ async fn ask_user_waits_for_the_posted_answer_and_abandons_on_close() {
     });
     let request = next_event(&mut body).await.unwrap();
     drop(body);
-    tokio::time::timeout(Duration::from_secs(5), task)
-        .await
-        .expect("task ends")
-        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), task).await.expect("task ends").unwrap();
     assert!(!s.deliver(&request["id"], Ok(json!({"action":"cancel"}))));
 }

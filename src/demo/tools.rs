@@ -66,22 +66,12 @@ fn is_false(b: &bool) -> bool {
 
 impl<'t> ToolResult<'t> {
     fn text(text: impl Into<Cow<'t, str>>) -> Self {
-        let content = [TextContent {
-            kind: "text",
-            text: text.into(),
-        }];
-        Self {
-            content,
-            structured: None,
-            is_error: false,
-        }
+        let content = [TextContent { kind: "text", text: text.into() }];
+        Self { content, structured: None, is_error: false }
     }
 
     fn error(text: impl Into<Cow<'t, str>>) -> Self {
-        Self {
-            is_error: true,
-            ..Self::text(text)
-        }
+        Self { is_error: true, ..Self::text(text) }
     }
 }
 
@@ -98,14 +88,8 @@ pub(super) struct Job {
 }
 
 pub(super) enum JobKind {
-    Slow {
-        steps: u64,
-        delay_ms: u64,
-        progress_token: Option<Value>,
-    },
-    AskUser {
-        question: String,
-    },
+    Slow { steps: u64, delay_ms: u64, progress_token: Option<Value> },
+    AskUser { question: String },
 }
 
 #[derive(Deserialize)]
@@ -151,11 +135,7 @@ pub(super) fn call<'m>(session: &Session, msg: &'m Message<'_>) -> Result<Outcom
             let steps = a.steps.unwrap_or(3).min(MAX_STEPS);
             let delay_ms = a.delay_ms.unwrap_or(100).min(MAX_DELAY_MS);
             let progress_token = params.meta.and_then(|m| m.progress_token);
-            return Ok(Outcome::Stream(JobKind::Slow {
-                steps,
-                delay_ms,
-                progress_token,
-            }));
+            return Ok(Outcome::Stream(JobKind::Slow { steps, delay_ms, progress_token }));
         }
         "ask_user" => {
             #[derive(Deserialize)]
@@ -164,13 +144,10 @@ pub(super) fn call<'m>(session: &Session, msg: &'m Message<'_>) -> Result<Outcom
             }
             let a: A = args(params.arguments)?;
             if !session.elicitation {
-                let why =
-                    "elicitation is not supported: the client did not declare it at initialize";
+                let why = "elicitation is not supported: the client did not declare it at initialize";
                 return Ok(Outcome::Done(ToolResult::error(why)));
             }
-            let question = a
-                .question
-                .unwrap_or_else(|| "What is your answer?".to_owned());
+            let question = a.question.unwrap_or_else(|| "What is your answer?".to_owned());
             return Ok(Outcome::Stream(JobKind::AskUser { question }));
         }
         other => return Err(RpcError::invalid_params(format!("unknown tool: {other}"))),
@@ -185,8 +162,8 @@ fn echo(arguments: Option<&RawValue>) -> Result<ToolResult<'_>, RpcError> {
         text: Cow<'a, str>,
     }
     let raw = arguments.map_or("{}", RawValue::get);
-    let a: A<'_> = serde_json::from_str(raw)
-        .map_err(|e| RpcError::invalid_params(format!("invalid arguments: {e}")))?;
+    let a: A<'_> =
+        serde_json::from_str(raw).map_err(|e| RpcError::invalid_params(format!("invalid arguments: {e}")))?;
     Ok(ToolResult::text(a.text))
 }
 
@@ -197,9 +174,7 @@ fn add(arguments: Option<&RawValue>) -> Result<ToolResult<'static>, RpcError> {
         b: i64,
     }
     let A { a, b } = args(arguments)?;
-    let sum = a
-        .checked_add(b)
-        .ok_or_else(|| RpcError::invalid_params("sum overflows i64"))?;
+    let sum = a.checked_add(b).ok_or_else(|| RpcError::invalid_params("sum overflows i64"))?;
     let mut result = ToolResult::text(sum.to_string());
     result.structured = Some(json!({ "sum": sum }));
     Ok(result)
@@ -222,17 +197,11 @@ pub(super) async fn run_job(session: &Session, job: Job, sink: &mut Sink) {
     }
 }
 
-async fn run_kind(
-    session: &Session,
-    kind: &JobKind,
-    sink: &mut Sink,
-) -> Option<ToolResult<'static>> {
+async fn run_kind(session: &Session, kind: &JobKind, sink: &mut Sink) -> Option<ToolResult<'static>> {
     match kind {
-        JobKind::Slow {
-            steps,
-            delay_ms,
-            progress_token,
-        } => slow(session, *steps, *delay_ms, progress_token.as_ref(), sink).await,
+        JobKind::Slow { steps, delay_ms, progress_token } => {
+            slow(session, *steps, *delay_ms, progress_token.as_ref(), sink).await
+        }
         JobKind::AskUser { question } => ask_user(session, question, sink).await,
     }
 }
@@ -265,11 +234,7 @@ async fn slow(
     Some(ToolResult::text(format!("slow finished {steps} steps")))
 }
 
-async fn ask_user(
-    session: &Session,
-    question: &str,
-    sink: &mut Sink,
-) -> Option<ToolResult<'static>> {
+async fn ask_user(session: &Session, question: &str, sink: &mut Sink) -> Option<ToolResult<'static>> {
     let (server_id, answer, _pending) = session.expect_answer();
     let request = json!({ "jsonrpc": "2.0", "id": server_id, "method": "elicitation/create",
         "params": { "mode": "form", "message": question, "requestedSchema": {

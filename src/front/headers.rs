@@ -21,9 +21,7 @@ pub fn text<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h str>, E
     let mut values = headers.get_all(name).iter();
     let (first, second) = (values.next(), values.next());
     if second.is_some() {
-        return Err(Error::HeaderMismatch(format!(
-            "{name} header given more than once"
-        )));
+        return Err(Error::HeaderMismatch(format!("{name} header given more than once")));
     }
     match first {
         None => Ok(None),
@@ -37,10 +35,7 @@ pub fn text<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h str>, E
 /// Decodes a header value that may use the `=?base64?<b64>?=` sentinel form.
 /// Anything not exactly in that form (lowercase markers) is a literal value.
 pub fn decode_value(raw: &str) -> Result<String, Error> {
-    if let Some(inner) = raw
-        .strip_prefix("=?base64?")
-        .and_then(|rest| rest.strip_suffix("?="))
-    {
+    if let Some(inner) = raw.strip_prefix("=?base64?").and_then(|rest| rest.strip_suffix("?=")) {
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(inner)
             .map_err(|_| Error::HeaderMismatch("invalid base64 in header value".into()))?;
@@ -57,9 +52,7 @@ pub fn expect_mirror(headers: &HeaderMap, name: &str, body_value: &str) -> Resul
     };
     let value = decode_value(raw)?;
     if value != body_value {
-        return Err(Error::HeaderMismatch(format!(
-            "{name} header does not match the body"
-        )));
+        return Err(Error::HeaderMismatch(format!("{name} header does not match the body")));
     }
     Ok(())
 }
@@ -93,9 +86,7 @@ pub fn check_param_headers(
         match (arg, raw) {
             (None, _) => continue,
             (Some(_), None) => {
-                return Err(Error::HeaderMismatch(format!(
-                    "missing Mcp-Param-{header} header"
-                )))
+                return Err(Error::HeaderMismatch(format!("missing Mcp-Param-{header} header")))
             }
             (Some(value), Some(raw)) => {
                 if !param_matches(value, &decode_value(raw)?) {

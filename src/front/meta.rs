@@ -70,29 +70,13 @@ impl Meta {
     pub fn from_object(mut m: Map<String, Value>) -> Result<Meta, Error> {
         let protocol_version = match m.remove(PROTOCOL_VERSION) {
             Some(Value::String(v)) => v,
-            Some(_) => {
-                return Err(Error::invalid_params(
-                    "_meta protocolVersion must be a string",
-                ))
-            }
-            None => {
-                return Err(Error::invalid_params(format!(
-                    "missing _meta key {PROTOCOL_VERSION}"
-                )))
-            }
+            Some(_) => return Err(Error::invalid_params("_meta protocolVersion must be a string")),
+            None => return Err(Error::invalid_params(format!("missing _meta key {PROTOCOL_VERSION}"))),
         };
         let capabilities = match m.remove(CLIENT_CAPABILITIES) {
             Some(Value::Object(c)) => c,
-            Some(_) => {
-                return Err(Error::invalid_params(
-                    "_meta clientCapabilities must be an object",
-                ))
-            }
-            None => {
-                return Err(Error::invalid_params(format!(
-                    "missing _meta key {CLIENT_CAPABILITIES}"
-                )))
-            }
+            Some(_) => return Err(Error::invalid_params("_meta clientCapabilities must be an object")),
+            None => return Err(Error::invalid_params(format!("missing _meta key {CLIENT_CAPABILITIES}"))),
         };
         let client_info = m.remove(CLIENT_INFO);
         let log_level = match m.remove(LOG_LEVEL) {
@@ -105,26 +89,13 @@ impl Meta {
         let progress_token = match m.remove(PROGRESS_TOKEN) {
             None => None,
             Some(t @ (Value::String(_) | Value::Number(_))) => Some(t),
-            Some(_) => {
-                return Err(Error::invalid_params(
-                    "progressToken must be a string or integer",
-                ))
-            }
+            Some(_) => return Err(Error::invalid_params("progressToken must be a string or integer")),
         };
         m.retain(|k, _| !k.starts_with(RESERVED_PREFIX));
-        Ok(Meta {
-            protocol_version,
-            capabilities,
-            client_info,
-            progress_token,
-            log_level,
-            passthrough: m,
-        })
+        Ok(Meta { protocol_version, capabilities, client_info, progress_token, log_level, passthrough: m })
     }
 
     pub fn declares(&self, capability: &str) -> bool {
-        self.capabilities
-            .get(capability)
-            .is_some_and(|v| !v.is_null())
+        self.capabilities.get(capability).is_some_and(|v| !v.is_null())
     }
 }

@@ -74,10 +74,7 @@ impl Method {
 
     /// Methods whose results may be `input_required` (MRTR).
     pub fn allows_input(self) -> bool {
-        matches!(
-            self,
-            Method::ToolsCall | Method::PromptsGet | Method::ResourcesRead
-        )
+        matches!(self, Method::ToolsCall | Method::PromptsGet | Method::ResourcesRead)
     }
 
     /// Results that must carry `ttlMs` and `cacheScope`.
@@ -122,30 +119,20 @@ pub struct Rejection {
 }
 
 fn reject(id: &Option<Value>, error: Error) -> Rejection {
-    Rejection {
-        id: id.clone(),
-        error,
-    }
+    Rejection { id: id.clone(), error }
 }
 
 /// Counts the stale legacy headers a modern request carried (they are never
 /// forwarded upstream nor echoed; the count feeds a metric).
 pub fn stale_headers(headers: &HeaderMap) -> u64 {
-    [headers::SESSION_ID, headers::LAST_EVENT_ID]
-        .iter()
-        .filter(|h| headers.contains_key(**h))
-        .count() as u64
+    [headers::SESSION_ID, headers::LAST_EVENT_ID].iter().filter(|h| headers.contains_key(**h)).count() as u64
 }
 
 /// Parses and validates one POST body with its headers.
 pub fn parse(headers: &HeaderMap, body: &[u8]) -> Result<Message, Rejection> {
     let value: Value = serde_json::from_slice(body).map_err(|_| reject(&None, Error::Parse))?;
     let Value::Object(mut obj) = value else {
-        let what = if value.is_array() {
-            "batching is not supported"
-        } else {
-            "not an object"
-        };
+        let what = if value.is_array() { "batching is not supported" } else { "not an object" };
         return Err(reject(&None, Error::InvalidRequest(what.into())));
     };
     let id = match obj.remove("id") {
@@ -154,10 +141,7 @@ pub fn parse(headers: &HeaderMap, body: &[u8]) -> Result<Message, Rejection> {
         Some(_) => return Err(reject(&None, Error::InvalidRequest("invalid id".into()))),
     };
     if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return Err(reject(
-            &id,
-            Error::InvalidRequest("jsonrpc must be \"2.0\"".into()),
-        ));
+        return Err(reject(&id, Error::InvalidRequest("jsonrpc must be \"2.0\"".into())));
     }
     let Some(Value::String(method)) = obj.remove("method") else {
         let what = if obj.contains_key("result") || obj.contains_key("error") {
@@ -170,12 +154,7 @@ pub fn parse(headers: &HeaderMap, body: &[u8]) -> Result<Message, Rejection> {
     let params = match obj.remove("params") {
         None => Map::new(),
         Some(Value::Object(p)) => p,
-        Some(_) => {
-            return Err(reject(
-                &id,
-                Error::invalid_params("params must be an object"),
-            ))
-        }
+        Some(_) => return Err(reject(&id, Error::invalid_params("params must be an object"))),
     };
     let Some(id) = id else {
         return Ok(Message::Notification);
@@ -193,36 +172,20 @@ fn validate(
     let meta_obj = match params.remove("_meta") {
         None => Map::new(),
         Some(Value::Object(m)) => m,
-        Some(_) => {
-            return Err(reject(
-                &id,
-                Error::invalid_params("_meta must be an object"),
-            ))
-        }
+        Some(_) => return Err(reject(&id, Error::invalid_params("_meta must be an object"))),
     };
-    let header_version =
-        headers::text(headers, headers::PROTOCOL_VERSION).map_err(|e| reject(&id, e))?;
+    let header_version = headers::text(headers, headers::PROTOCOL_VERSION).map_err(|e| reject(&id, e))?;
     if header_version.is_none() && !meta_obj.contains_key(meta::PROTOCOL_VERSION) {
         // No modern marker at all: a legacy client. Tell it what we speak.
         if method == "initialize" {
-            let requested = params
-                .get("protocolVersion")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
+            let requested = params.get("protocolVersion").and_then(Value::as_str).unwrap_or("").to_string();
             return Err(reject(&id, Error::UnsupportedVersion { requested }));
         }
-        return Err(reject(
-            &id,
-            Error::HeaderMismatch("missing MCP-Protocol-Version header".into()),
-        ));
+        return Err(reject(&id, Error::HeaderMismatch("missing MCP-Protocol-Version header".into())));
     }
     let meta = Meta::from_object(meta_obj).map_err(|e| reject(&id, e))?;
     let Some(header_version) = header_version else {
-        return Err(reject(
-            &id,
-            Error::HeaderMismatch("missing MCP-Protocol-Version header".into()),
-        ));
+        return Err(reject(&id, Error::HeaderMismatch("missing MCP-Protocol-Version header".into())));
     };
     if header_version != meta.protocol_version {
         return Err(reject(
@@ -242,22 +205,13 @@ fn validate(
         None => None,
         Some(key) => {
             let Some(name) = params.get(key).and_then(Value::as_str) else {
-                return Err(reject(
-                    &id,
-                    Error::invalid_params(format!("missing params.{key}")),
-                ));
+                return Err(reject(&id, Error::invalid_params(format!("missing params.{key}"))));
             };
             headers::expect_mirror(headers, headers::NAME, name).map_err(|e| reject(&id, e))?;
             Some(name.to_string())
         }
     };
-    Ok(Message::Call(Box::new(Call {
-        id: id.expect("requests have ids"),
-        method,
-        params,
-        meta,
-        name,
-    })))
+    Ok(Message::Call(Box::new(Call { id: id.expect("requests have ids"), method, params, meta, name })))
 }
 
 #[cfg(test)]

@@ -17,8 +17,7 @@ fn body(id: Value, method: &str, mut params: Value) -> Vec<u8> {
         "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
         "io.modelcontextprotocol/clientCapabilities": {},
     });
-    serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
-        .unwrap()
+    serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).unwrap()
 }
 
 fn rejected(headers: &HeaderMap, body: &[u8]) -> Rejection {
@@ -29,22 +28,14 @@ fn rejected(headers: &HeaderMap, body: &[u8]) -> Rejection {
 }
 
 fn rpc_code(r: &Rejection) -> i64 {
-    r.error.rpc_error(SUPPORTED_VERSIONS)["code"]
-        .as_i64()
-        .unwrap()
+    r.error.rpc_error(SUPPORTED_VERSIONS)["code"].as_i64().unwrap()
 }
 
 #[test]
 fn a_valid_tool_call_becomes_a_call() {
     let h = modern_headers("tools/call", Some("echo"));
-    let b = body(
-        json!(3),
-        "tools/call",
-        json!({"name": "echo", "arguments": {"text": "hi"}}),
-    );
-    let Message::Call(call) = parse(&h, &b).unwrap() else {
-        panic!()
-    };
+    let b = body(json!(3), "tools/call", json!({"name": "echo", "arguments": {"text": "hi"}}));
+    let Message::Call(call) = parse(&h, &b).unwrap() else { panic!() };
     assert_eq!(call.method, Method::ToolsCall);
     assert_eq!(call.name.as_deref(), Some("echo"));
     assert_eq!(call.id, json!(3));
@@ -55,15 +46,9 @@ fn a_valid_tool_call_becomes_a_call() {
 fn envelope_errors() {
     let h = modern_headers("tools/list", None);
     let r = rejected(&h, b"{not json");
-    assert_eq!(
-        (r.error.status().as_u16(), rpc_code(&r)),
-        (400, code::PARSE_ERROR)
-    );
+    assert_eq!((r.error.status().as_u16(), rpc_code(&r)), (400, code::PARSE_ERROR));
     let r = rejected(&h, b"[]");
-    assert_eq!(
-        (r.error.status().as_u16(), rpc_code(&r)),
-        (400, code::INVALID_REQUEST)
-    );
+    assert_eq!((r.error.status().as_u16(), rpc_code(&r)), (400, code::INVALID_REQUEST));
     assert!(r.id.is_none());
     let r = rejected(&h, br#"{"jsonrpc":"2.0","id":1,"result":{}}"#);
     assert_eq!(rpc_code(&r), code::INVALID_REQUEST);
@@ -73,11 +58,7 @@ fn envelope_errors() {
 #[test]
 fn notifications_are_acknowledged() {
     let h = HeaderMap::new();
-    let m = parse(
-        &h,
-        br#"{"jsonrpc":"2.0","method":"notifications/cancelled"}"#,
-    )
-    .unwrap();
+    let m = parse(&h, br#"{"jsonrpc":"2.0","method":"notifications/cancelled"}"#).unwrap();
     assert!(matches!(m, Message::Notification));
 }
 
@@ -123,21 +104,11 @@ fn mcp_name_is_checked_with_base64() {
 
 #[test]
 fn removed_methods_are_not_found() {
-    for m in [
-        "initialize",
-        "ping",
-        "logging/setLevel",
-        "resources/subscribe",
-        "resources/unsubscribe",
-        "x/y",
-    ] {
+    for m in ["initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe", "x/y"]
+    {
         let h = modern_headers(m, None);
         let r = rejected(&h, &body(json!(9), m, json!({})));
-        assert_eq!(
-            (r.error.status().as_u16(), rpc_code(&r)),
-            (404, code::METHOD_NOT_FOUND),
-            "{m}"
-        );
+        assert_eq!((r.error.status().as_u16(), rpc_code(&r)), (404, code::METHOD_NOT_FOUND), "{m}");
         assert_eq!(r.id, Some(json!(9)));
     }
 }
@@ -161,16 +132,11 @@ fn log_level_and_progress_token_are_read() {
         "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
         "io.modelcontextprotocol/logLevel": "warning",
         "progressToken": "p1", "traceparent": "00-ab-cd-01"}}});
-    let Message::Call(call) = parse(&h, raw.to_string().as_bytes()).unwrap() else {
-        panic!()
-    };
+    let Message::Call(call) = parse(&h, raw.to_string().as_bytes()).unwrap() else { panic!() };
     assert_eq!(call.meta.log_level, Some(LogLevel::Warning));
     assert_eq!(call.meta.progress_token, Some(json!("p1")));
     assert!(call.meta.declares("elicitation"));
     assert_eq!(call.meta.passthrough.len(), 1);
     let bad = raw.to_string().replace("warning", "loud");
-    assert_eq!(
-        rpc_code(&rejected(&h, bad.as_bytes())),
-        code::INVALID_PARAMS
-    );
+    assert_eq!(rpc_code(&rejected(&h, bad.as_bytes())), code::INVALID_PARAMS);
 }

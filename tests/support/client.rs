@@ -43,14 +43,8 @@ pub struct ModernRequest {
 impl ModernRequest {
     pub(crate) fn new(client: HttpClient, url: String, method: &str) -> ModernRequest {
         let mut meta = Map::new();
-        meta.insert(
-            "io.modelcontextprotocol/protocolVersion".into(),
-            json!(VERSION),
-        );
-        meta.insert(
-            "io.modelcontextprotocol/clientCapabilities".into(),
-            json!({}),
-        );
+        meta.insert("io.modelcontextprotocol/protocolVersion".into(), json!(VERSION));
+        meta.insert("io.modelcontextprotocol/clientCapabilities".into(), json!({}));
         ModernRequest {
             client,
             url,
@@ -96,10 +90,8 @@ impl ModernRequest {
 
     /// Adds a header, replacing the builder's default of that name.
     pub fn header(mut self, name: &str, value: &str) -> Self {
-        self.headers.push((
-            HeaderName::from_bytes(name.as_bytes()).unwrap(),
-            HeaderValue::from_str(value).unwrap(),
-        ));
+        self.headers
+            .push((HeaderName::from_bytes(name.as_bytes()).unwrap(), HeaderValue::from_str(value).unwrap()));
         self
     }
 
@@ -130,10 +122,7 @@ impl ModernRequest {
             "resources/read" => Some("uri"),
             _ => None,
         };
-        if let Some(name) = name_key
-            .and_then(|k| self.params.get(k))
-            .and_then(Value::as_str)
-        {
+        if let Some(name) = name_key.and_then(|k| self.params.get(k)).and_then(Value::as_str) {
             h.push(("mcp-name".into(), name.into()));
         }
         // A header set by hand replaces the default of the same name.
@@ -149,8 +138,7 @@ impl ModernRequest {
         for (k, v) in self.headers() {
             b = b.header(k, v);
         }
-        b.body(Full::new(Bytes::from(self.body().to_string())))
-            .unwrap()
+        b.body(Full::new(Bytes::from(self.body().to_string()))).unwrap()
     }
 
     /// Sends the request and reads the whole answer.
@@ -194,18 +182,9 @@ impl Reply {
             let last = messages.pop().unwrap_or(Value::Null);
             (last, messages)
         } else {
-            (
-                serde_json::from_str(&raw).unwrap_or(Value::Null),
-                Vec::new(),
-            )
+            (serde_json::from_str(&raw).unwrap_or(Value::Null), Vec::new())
         };
-        Reply {
-            status,
-            headers,
-            body,
-            notes,
-            raw,
-        }
+        Reply { status, headers, body, notes, raw }
     }
 
     pub fn header(&self, name: &str) -> Option<&str> {
@@ -217,12 +196,7 @@ impl Reply {
     }
 
     pub fn result(&self) -> &Value {
-        assert!(
-            self.body.get("result").is_some(),
-            "expected a result, got {} {}",
-            self.status,
-            self.raw
-        );
+        assert!(self.body.get("result").is_some(), "expected a result, got {} {}", self.status, self.raw);
         &self.body["result"]
     }
 
@@ -231,9 +205,7 @@ impl Reply {
     }
 
     pub fn reason(&self) -> Option<&str> {
-        self.body
-            .pointer("/error/data/reason")
-            .and_then(Value::as_str)
+        self.body.pointer("/error/data/reason").and_then(Value::as_str)
     }
 
     /// Asserts the HTTP status, JSON-RPC error code and echoed id.
@@ -246,10 +218,7 @@ impl Reply {
 }
 
 fn content_type(headers: &HeaderMap) -> &str {
-    headers
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
+    headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("")
 }
 
 /// The JSON messages in a complete SSE text (comments and empty data skipped).
@@ -291,9 +260,7 @@ impl Events {
 
     /// The next JSON message, waiting up to [`PATIENCE`]; `None` at the end.
     pub async fn next(&mut self) -> Option<Value> {
-        self.next_within(PATIENCE)
-            .await
-            .expect("the next event arrives in time")
+        self.next_within(PATIENCE).await.expect("the next event arrives in time")
     }
 
     /// `Err(())` if nothing arrived within `wait`; `Ok(None)` at the end.

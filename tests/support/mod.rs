@@ -34,8 +34,8 @@ impl Drop for Gateway {
 impl Gateway {
     /// `sessionless --upstream URL`, listening on 127.0.0.1:0.
     pub async fn start(upstream_url: &str) -> Gateway {
-        let config = Config::single(upstream_url, "127.0.0.1:0".parse().unwrap())
-            .expect("single-upstream config");
+        let config =
+            Config::single(upstream_url, "127.0.0.1:0".parse().unwrap()).expect("single-upstream config");
         Gateway::with_config(config).await
     }
 
@@ -50,10 +50,7 @@ impl Gateway {
     pub async fn with_config(mut config: Config) -> Gateway {
         config.listen = "127.0.0.1:0".parse().unwrap();
         let running = sessionless::run(config).await.expect("gateway starts");
-        Gateway {
-            running: Some(running),
-            client: client::http_client(),
-        }
+        Gateway { running: Some(running), client: client::http_client() }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -85,11 +82,8 @@ impl Gateway {
     pub async fn hang_up_after(&self, req: ModernRequest, after: Duration) {
         use tokio::io::AsyncWriteExt;
         let body = req.body().to_string();
-        let mut head = format!(
-            "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-length: {}\r\n",
-            self.addr(),
-            body.len()
-        );
+        let mut head =
+            format!("POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-length: {}\r\n", self.addr(), body.len());
         for (k, v) in req.headers() {
             head.push_str(&format!("{k}: {v}\r\n"));
         }
@@ -107,9 +101,7 @@ impl Gateway {
 
     /// GET `path`: status and body text.
     pub async fn get(&self, path: &str) -> (StatusCode, String) {
-        let req = Request::get(self.url(path))
-            .body(Full::new(Bytes::new()))
-            .unwrap();
+        let req = Request::get(self.url(path)).body(Full::new(Bytes::new())).unwrap();
         let resp = client::send(&self.client, req).await;
         let status = resp.status();
         let body = resp.into_body().collect().await.unwrap().to_bytes();
@@ -172,10 +164,7 @@ impl Gateway {
 pub fn metric_sum(text: &str, name: &str) -> f64 {
     text.lines()
         .filter(|l| !l.starts_with('#'))
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
-        })
+        .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' ')))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }

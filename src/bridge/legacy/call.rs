@@ -23,6 +23,8 @@ pub enum Done {
     /// The upstream asked questions the client must answer (JSON-RPC requests,
     /// as the upstream sent them); the stream is paused, not finished.
     Input(Vec<Value>),
+    /// The answer comes whole from the replica that owns the flow.
+    Relay(http::Response<crate::reply::Body>),
 }
 
 /// How long to wait for sibling questions after the first one, so that
@@ -43,12 +45,7 @@ pub struct InFlight<'a> {
 
 /// The legacy request for a modern call: minted id and progress token,
 /// modern-only `_meta` keys left out, the rest of `_meta` passed through.
-pub fn upstream_request(
-    call: &Call,
-    params: &Map<String, Value>,
-    id: u64,
-    token: Option<&Value>,
-) -> Value {
+pub fn upstream_request(call: &Call, params: &Map<String, Value>, id: u64, token: Option<&Value>) -> Value {
     let mut params = params.clone();
     params.remove("inputResponses");
     params.remove("requestState");
@@ -73,8 +70,7 @@ pub async fn post_call(
 ) -> Result<Result<(UpReply, Option<String>), PostError>, Done> {
     let post = flight.session.transport.post(flight.wire, request);
     tokio::pin!(post);
-    let mut keepalive =
-        tokio::time::interval_at(Instant::now() + flight.keepalive, flight.keepalive);
+    let mut keepalive = tokio::time::interval_at(Instant::now() + flight.keepalive, flight.keepalive);
     loop {
         tokio::select! {
             posted = &mut post => {
@@ -103,15 +99,11 @@ pub async fn read_answer(
 ) -> (Done, Option<Streams>) {
     match answer {
         UpReply::Json(msg) => {
-            let done = json_answer(&msg, flight.upstream_id).unwrap_or(Done::Failed(
-                Error::UpstreamInvalid("unexpected JSON answer"),
-            ));
+            let done = json_answer(&msg, flight.upstream_id)
+                .unwrap_or(Done::Failed(Error::UpstreamInvalid("unexpected JSON answer")));
             (done, None)
         }
-        UpReply::Accepted => (
-            Done::Failed(Error::UpstreamInvalid("202 to a request")),
-            None,
-        ),
+        UpReply::Accepted => (Done::Failed(Error::UpstreamInvalid("202 to a request")), None),
         UpReply::Stream(post) => {
             let mut streams = Streams { post, get };
             let done = read_stream(flight, &mut streams, reply).await;
@@ -134,17 +126,14 @@ fn json_answer(msg: &Value, id: u64) -> Option<Done> {
 fn response_of(msg: &Value, id: u64) -> Option<Done> {
     let is_ours = msg.get("id").and_then(Value::as_u64) == Some(id);
     if let Some(err) = msg.get("error") {
-        return (is_ours || msg.get("method").is_none())
-            .then(|| Done::Failed(super::translate::error(err)));
+        return (is_ours || msg.get("method").is_none()).then(|| Done::Failed(super::translate::error(err)));
     }
     if !is_ours {
         return None;
     }
     match msg.get("result") {
         Some(Value::Object(r)) => Some(Done::Result(r.clone())),
-        _ => Some(Done::Failed(Error::UpstreamInvalid(
-            "response without result",
-        ))),
+        _ => Some(Done::Failed(Error::UpstreamInvalid("response without result"))),
     }
 }
 
@@ -189,17 +178,13 @@ async fn refuse_undeclared(flight: &InFlight<'_>, questions: &[Value], required:
     for q in questions {
         respond_upstream(flight.session, flight.wire, q).await;
     }
-    cancel(
-        flight,
-        "the client did not declare a capability this call needs",
-    );
+    cancel(flight, "the client did not declare a capability this call needs");
     Done::Failed(Error::MissingCapability(required))
 }
 
 /// Reads the stream until the response, a round of questions, or the end.
 pub async fn read_stream(flight: &InFlight<'_>, stream: &mut Streams, reply: &mut Reply) -> Done {
-    let mut keepalive =
-        tokio::time::interval_at(Instant::now() + flight.keepalive, flight.keepalive);
+    let mut keepalive = tokio::time::interval_at(Instant::now() + flight.keepalive, flight.keepalive);
     loop {
         let msg = tokio::select! {
             msg = stream.next() => msg,
@@ -218,17 +203,13 @@ pub async fn read_stream(flight: &InFlight<'_>, stream: &mut Streams, reply: &mu
         let msg = match msg {
             Ok(m) => m,
             Err(StreamEnd::TooLarge) => return Done::Failed(Error::UpstreamTooLarge),
-            Err(StreamEnd::Invalid) => {
-                return Done::Failed(Error::UpstreamInvalid("bad SSE event"))
-            }
+            Err(StreamEnd::Invalid) => return Done::Failed(Error::UpstreamInvalid("bad SSE event")),
             Err(StreamEnd::Closed) => return Done::Failed(Error::OutcomeUnknown),
         };
         match classify(flight, msg) {
             Incoming::Response(done) => return done,
             Incoming::Question(q) => return gather_siblings(flight, stream, reply, q).await,
-            Incoming::Undeclared(q, required) => {
-                return refuse_undeclared(flight, &[q], required).await
-            }
+            Incoming::Undeclared(q, required) => return refuse_undeclared(flight, &[q], required).await,
             Incoming::Request(r) => answer_server_request(flight, &r).await,
             Incoming::Notification(n) => {
                 if let Some(note) = forwardable(flight, n) {
@@ -260,9 +241,7 @@ async fn gather_siblings(
             Ok(msg) => msg,
             // The call is gone with its stream: nothing to park, no answer to deliver.
             Err(StreamEnd::TooLarge) => return Done::Failed(Error::UpstreamTooLarge),
-            Err(StreamEnd::Invalid) => {
-                return Done::Failed(Error::UpstreamInvalid("bad SSE event"))
-            }
+            Err(StreamEnd::Invalid) => return Done::Failed(Error::UpstreamInvalid("bad SSE event")),
             Err(StreamEnd::Closed) => return Done::Failed(Error::OutcomeUnknown),
         };
         match classify(flight, msg) {
@@ -289,20 +268,13 @@ fn undeclared_capability(call: &Call, msg: &Value) -> Option<Value> {
     let method = msg.get("method").and_then(Value::as_str)?;
     let (capability, mode) = match method {
         "elicitation/create" => {
-            let mode = msg
-                .pointer("/params/mode")
-                .and_then(Value::as_str)
-                .unwrap_or("form");
+            let mode = msg.pointer("/params/mode").and_then(Value::as_str).unwrap_or("form");
             ("elicitation", Some(mode))
         }
         "sampling/createMessage" => {
             // Tool-enabled sampling needs `sampling.tools`.
             let wants_tools = msg.pointer("/params/tools").is_some();
-            let declared = call
-                .meta
-                .capabilities
-                .get("sampling")
-                .filter(|v| v.is_object());
+            let declared = call.meta.capabilities.get("sampling").filter(|v| v.is_object());
             return match declared {
                 None if wants_tools => Some(json!({"sampling": {"tools": {}}})),
                 None => Some(json!({"sampling": {}})),
@@ -315,18 +287,12 @@ fn undeclared_capability(call: &Call, msg: &Value) -> Option<Value> {
         "roots/list" => ("roots", None),
         _ => return None,
     };
-    let declared = call
-        .meta
-        .capabilities
-        .get(capability)
-        .filter(|v| v.is_object());
+    let declared = call.meta.capabilities.get(capability).filter(|v| v.is_object());
     match (declared, mode) {
         (None, Some("url")) => Some(json!({capability: {"url": {}}})),
         (None, _) => Some(json!({capability: {}})),
         // `elicitation: {}` means form only; URL mode must be declared.
-        (Some(decl), Some("url")) if decl.get("url").is_none() => {
-            Some(json!({capability: {"url": {}}}))
-        }
+        (Some(decl), Some("url")) if decl.get("url").is_none() => Some(json!({capability: {"url": {}}})),
         _ => None,
     }
 }
@@ -346,10 +312,7 @@ fn forwardable(flight: &InFlight<'_>, mut msg: Value) -> Option<Value> {
         }
         "notifications/message" => {
             let wanted = flight.call.meta.log_level?;
-            let level = msg
-                .pointer("/params/level")
-                .and_then(Value::as_str)
-                .and_then(LogLevel::parse)?;
+            let level = msg.pointer("/params/level").and_then(Value::as_str).and_then(LogLevel::parse)?;
             (level >= wanted).then_some(msg)
         }
         _ => None,
@@ -362,36 +325,22 @@ fn forwardable(flight: &InFlight<'_>, mut msg: Value) -> Option<Value> {
 async fn answer_server_request(flight: &InFlight<'_>, msg: &Value) {
     let method = respond_upstream(flight.session, flight.wire, msg).await;
     if method != "ping" {
-        let known = matches!(
-            method,
-            "elicitation/create" | "sampling/createMessage" | "roots/list"
-        );
+        let known = matches!(method, "elicitation/create" | "sampling/createMessage" | "roots/list");
         flight
             .metrics
             .upstream_requests_declined
             .get_or_create(&MethodLabels {
                 route: flight.session.key.route.clone(),
-                method: if known {
-                    method.to_string()
-                } else {
-                    "other".into()
-                },
+                method: if known { method.to_string() } else { "other".into() },
             })
             .inc();
     }
 }
 
 /// Posts the gateway's answer to an upstream request; returns its method.
-pub async fn respond_upstream<'m>(
-    session: &Session,
-    wire: &SessionWire,
-    msg: &'m Value,
-) -> &'m str {
+pub async fn respond_upstream<'m>(session: &Session, wire: &SessionWire, msg: &'m Value) -> &'m str {
     let method = msg.get("method").and_then(Value::as_str).unwrap_or("");
-    let _ = session
-        .transport
-        .post(wire, &super::mrtr::decline(msg))
-        .await;
+    let _ = session.transport.post(wire, &super::mrtr::decline(msg)).await;
     method
 }
 
@@ -433,9 +382,7 @@ pub async fn simple_request(
             _ => Err(Error::UpstreamInvalid("no response")),
         }
     };
-    tokio::time::timeout(timeout, exchange)
-        .await
-        .unwrap_or(Err(Error::UpstreamTimeout))
+    tokio::time::timeout(timeout, exchange).await.unwrap_or(Err(Error::UpstreamTimeout))
 }
 
 /// Tells the upstream to stop working on the request (a legacy disconnect is not a cancel).
@@ -447,10 +394,6 @@ pub fn cancel(flight: &InFlight<'_>, reason: &str) -> Done {
     tokio::spawn(async move {
         let _ = transport.post(&wire, &note).await;
     });
-    flight
-        .metrics
-        .upstream_cancellations
-        .get_or_create(&Metrics::route(&flight.session.key.route))
-        .inc();
+    flight.metrics.upstream_cancellations.get_or_create(&Metrics::route(&flight.session.key.route)).inc();
     Done::Cancelled
 }

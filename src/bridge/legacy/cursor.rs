@@ -12,13 +12,7 @@ use crate::front::Call;
 use crate::seal::Sealer;
 
 fn aad(route: &Route, call: &Call, caller: &Caller) -> Vec<u8> {
-    format!(
-        "cursor\0{}\0{}\0{}",
-        route.path,
-        caller.principal,
-        call.method.as_str()
-    )
-    .into_bytes()
+    format!("cursor\0{}\0{}\0{}", route.path, caller.principal, call.method.as_str()).into_bytes()
 }
 
 pub fn seal(
@@ -34,10 +28,7 @@ pub fn seal(
 }
 
 fn invalid(reason: &'static str) -> Error {
-    Error::InvalidParams {
-        message: "invalid cursor".into(),
-        data: Some(json!({"reason": reason})),
-    }
+    Error::InvalidParams { message: "invalid cursor".into(), data: Some(json!({"reason": reason})) }
 }
 
 /// The cursor's session is gone upstream: the client must list from the start.
@@ -60,9 +51,7 @@ pub fn open(
     let Value::String(cursor) = cursor else {
         return Err(invalid("malformed"));
     };
-    let raw = sealer
-        .open(&aad(route, call, caller), cursor)
-        .map_err(|e| invalid(e.reason()))?;
+    let raw = sealer.open(&aad(route, call, caller), cursor).map_err(|e| invalid(e.reason()))?;
     let payload: Value = serde_json::from_slice(&raw).map_err(|_| invalid("malformed"))?;
     let upstream_cursor = payload.get("c").cloned().ok_or(invalid("malformed"))?;
     params.insert("cursor".into(), upstream_cursor);

@@ -26,12 +26,7 @@ pub struct EventLimited<B> {
 
 impl<B> EventLimited<B> {
     pub fn new(inner: B, limit: usize) -> EventLimited<B> {
-        EventLimited {
-            inner,
-            limit,
-            since_boundary: 0,
-            prev_newline: false,
-        }
+        EventLimited { inner, limit, since_boundary: 0, prev_newline: false }
     }
 
     /// Follows event boundaries through `data`; false once an event is too large.

@@ -1,7 +1,10 @@
 //! The life of a call paused on questions (MRTR): parking it with an
-//! `input_required` round, resuming it on the client's retry, and declining
-//! what it waits for when the retry never comes.
+//! `input_required` round, resuming it on the client's retry (here, on the
+//! owner replica, or from the upstream's resumable stream when the owner is
+//! gone), replay mode, and declining what a flow waits for when the retry
+//! never comes.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,7 +12,10 @@ use serde_json::{json, Map, Value};
 
 use super::call::{self, Done, InFlight};
 use super::mrtr::{self, ParkedFlow};
+use super::session::Session;
+use super::transport::{SessionWire, Streams};
 use super::{state, translate, Ctx, Legacy};
+use crate::cluster::ForwardError;
 use crate::error::Error;
 use crate::metrics::{MethodLabels, Metrics, ReasonLabels};
 use crate::reply::Reply;
@@ -17,6 +23,16 @@ use crate::reply::Reply;
 /// Longest time an abandoned flow's upstream stream is read after its
 /// questions were declined, so the upstream can finish its call cleanly.
 const ABANDON_DRAIN: Duration = Duration::from_secs(30);
+
+/// What a retry's `requestState` asks for.
+pub(super) enum Resumed {
+    /// The retry was answered (here, or by the owner replica).
+    Done(Done),
+    /// Run the call again from the start (a URL-elicitation round's retry).
+    Reissue,
+    /// Run the call again, answering its questions from these answers (replay mode).
+    Replay(BTreeMap<String, Value>),
+}
 
 impl ParkedFlow {
     /// Reads the upstream's stream on, for the call `cx` (the original or a retry).
@@ -34,15 +50,24 @@ impl ParkedFlow {
         call::read_stream(&flight, &mut self.stream, reply).await
     }
 
+    /// Posts `answers` (input key → legacy result) for pending questions.
+    async fn deliver(&mut self, answers: BTreeMap<String, Value>) -> Result<(), Error> {
+        for (key, result) in answers {
+            let Some(question) = self.pending.remove(&key) else { continue };
+            let response = json!({"jsonrpc": "2.0", "id": question.upstream_id, "result": result});
+            if let Err(e) = self.session.transport.post(&self.wire, &response).await {
+                tracing::warn!(?e, "could not deliver an answer upstream");
+                return Err(Error::OutcomeUnknown);
+            }
+        }
+        Ok(())
+    }
+
     /// Declines every pending question on the client's behalf.
     async fn decline_pending(&mut self, metrics: &Metrics) {
         for question in std::mem::take(&mut self.pending).into_values() {
             let msg = json!({"id": question.upstream_id, "method": question.method});
-            let _ = self
-                .session
-                .transport
-                .post(&self.wire, &mrtr::decline(&msg))
-                .await;
+            let _ = self.session.transport.post(&self.wire, &mrtr::decline(&msg)).await;
             metrics
                 .upstream_requests_declined
                 .get_or_create(&MethodLabels {
@@ -76,10 +101,7 @@ impl Legacy {
     fn rejected(&self, cx: Ctx<'_>, why: state::Rejected) -> Error {
         self.metrics
             .request_state_rejected
-            .get_or_create(&ReasonLabels {
-                route: cx.route.path.clone(),
-                reason: why.reason(),
-            })
+            .get_or_create(&ReasonLabels { route: cx.route.path.clone(), reason: why.reason() })
             .inc();
         why.error()
     }
@@ -88,18 +110,16 @@ impl Legacy {
         self.metrics.parked_flows_open.set(self.parked.len() as i64);
     }
 
-    /// A retry: finds the paused call, hands the answers to the upstream, and
-    /// reads on to the result or the next round. Nothing is sent upstream
-    /// unless the `requestState` opens, matches the retry and its flow is parked.
+    /// Opens a retry's `requestState` and acts on it. Nothing is sent upstream
+    /// unless the state opens and matches the retry (route, method, principal,
+    /// name, arguments, expiry).
     pub(super) async fn resume(
         &self,
         cx: Ctx<'_>,
         blob: &Value,
         reply: &mut Reply,
-    ) -> Result<Option<Done>, Error> {
-        let Value::String(blob) = blob else {
-            return Err(self.rejected(cx, state::Rejected::Invalid));
-        };
+    ) -> Result<Resumed, Error> {
+        let Value::String(blob) = blob else { return Err(self.rejected(cx, state::Rejected::Invalid)) };
         if !cx.call.method.allows_input() {
             return Err(self.rejected(cx, state::Rejected::WrongRequest));
         }
@@ -114,9 +134,21 @@ impl Legacy {
         };
         let st = state::open(&self.sealer, blob, &expect).map_err(|why| self.rejected(cx, why))?;
         if st.re {
-            check_url_answers(&st, cx.call)?;
-            return Ok(None);
+            mrtr::answers_by_key(st.k.keys(), &cx.call.params)?;
+            return Ok(Resumed::Reissue);
         }
+        if let Some(mut book) = st.ans.clone() {
+            book.extend(mrtr::answers_by_key(st.k.keys(), &cx.call.params)?);
+            return Ok(Resumed::Replay(book));
+        }
+        if st.own != self.instance {
+            return self.resume_elsewhere(cx, &st, reply).await.map(Resumed::Done);
+        }
+        self.resume_here(cx, st, reply).await.map(Resumed::Done)
+    }
+
+    /// The flow is parked in this process: deliver the answers and read on.
+    async fn resume_here(&self, cx: Ctx<'_>, st: state::FlowState, reply: &mut Reply) -> Result<Done, Error> {
         let Some((mut flow, expires)) = self.parked.take(&st.f) else {
             return Err(self.rejected(cx, state::Rejected::FlowGone));
         };
@@ -132,97 +164,101 @@ impl Legacy {
                 return Err(e);
             }
         };
-        for (key, result) in answers {
-            let question = flow
-                .pending
-                .remove(&key)
-                .expect("answered keys are pending");
-            let response = json!({"jsonrpc": "2.0", "id": question.upstream_id, "result": result});
-            if let Err(e) = flow.session.transport.post(&flow.wire, &response).await {
-                tracing::warn!(?e, "could not deliver an answer upstream");
-                return Err(Error::OutcomeUnknown);
-            }
-        }
+        flow.deliver(answers).await?;
         let done = if flow.pending.is_empty() {
             flow.read_on(self, cx, reply).await
         } else {
             // Some answers are missing: ask for them again in a new round.
             Done::Input(Vec::new())
         };
-        Ok(Some(self.conclude(cx, Some(st.f), flow, done, reply).await))
+        Ok(self.conclude(cx, Some(st.f), flow, done, reply).await)
     }
 
-    /// A 2025-11-25 upstream's -32042 (URL elicitation required) as a round of
-    /// URL-mode elicitations; the retry re-issues the call (nothing is parked,
-    /// and `notifications/elicitation/complete` is never passed on).
-    pub(super) fn url_round(&self, cx: Ctx<'_>, init: &Value, data: Option<&Value>) -> Done {
-        let elicitations = data
-            .and_then(|d| d.get("elicitations"))
-            .and_then(Value::as_array);
-        let (Some(elicitations), true) = (
-            elicitations.filter(|e| !e.is_empty()),
-            cx.call.method.allows_input(),
-        ) else {
-            return Done::Failed(Error::UpstreamInvalid("URL elicitation required"));
-        };
-        let declared = cx
-            .call
-            .meta
-            .capabilities
-            .get("elicitation")
-            .and_then(|e| e.get("url"));
-        if declared.is_none() {
-            return Done::Failed(Error::MissingCapability(
-                json!({"elicitation": {"url": {}}}),
-            ));
-        }
-        let mut requests = Map::new();
-        let mut keys = std::collections::BTreeMap::new();
-        for (i, e) in elicitations.iter().enumerate() {
-            let key = format!("elicitation_{}", i + 1);
-            let mut params = e.clone();
-            if let Some(p) = params.as_object_mut() {
-                p.insert("mode".into(), json!("url"));
+    /// The flow belongs to another replica: forward the retry to it; if it is
+    /// gone, take the call over from the upstream's resumable stream.
+    async fn resume_elsewhere(
+        &self,
+        cx: Ctx<'_>,
+        st: &state::FlowState,
+        reply: &mut Reply,
+    ) -> Result<Done, Error> {
+        if let (Some(owner), Some(cluster), false) = (&st.oa, &self.cluster, cx.caller.forwarded) {
+            let forwarded = cluster
+                .forward(
+                    owner,
+                    &cx.route.path,
+                    &cx.caller.principal,
+                    &cx.caller.headers,
+                    cx.caller.body.clone(),
+                )
+                .await;
+            match forwarded {
+                Ok(response) => return Ok(Done::Relay(response)),
+                Err(ForwardError::OwnerGone) => {
+                    tracing::info!(owner = %owner, "owner replica unreachable; resuming the upstream stream here");
+                }
+                Err(ForwardError::Refused) => {
+                    return Err(Error::UpstreamInvalid("owner replica refused the retry"))
+                }
+                Err(ForwardError::Broken) => return Err(Error::OutcomeUnknown),
             }
-            requests.insert(
-                key.clone(),
-                mrtr::input_request("elicitation/create", Some(&params)),
-            );
-            keys.insert(key, Value::Null);
         }
-        let now = state::now_ms();
-        let st = state::FlowState {
-            r: cx.route.path.clone(),
-            sid: None,
-            ver: None,
-            own: self.instance.clone(),
-            f: super::random_id(),
-            k: keys,
-            p: cx.caller.principal.clone(),
-            m: cx.call.method.as_str().to_string(),
-            n: cx.call.name.clone(),
-            a: state::params_digest(&cx.call.params),
-            iat: now,
-            exp: now + self.parked.ttl().as_millis() as u64,
-            rd: 1,
-            re: true,
+        self.resume_orphan(cx, st, reply).await
+    }
+
+    /// The owner is gone: post the answers on the upstream session and resume
+    /// its stream with `Last-Event-ID`. Without event ids (or if resuming
+    /// fails) the client is told to start again; nothing is re-run silently.
+    async fn resume_orphan(
+        &self,
+        cx: Ctx<'_>,
+        st: &state::FlowState,
+        reply: &mut Reply,
+    ) -> Result<Done, Error> {
+        let (Some(last_event), Some(upstream_id)) = (&st.ev, st.uid) else {
+            return Err(self.rejected(cx, state::Rejected::FlowLost));
         };
-        self.metrics
-            .mrtr_rounds
-            .get_or_create(&MethodLabels {
-                route: cx.route.path.clone(),
-                method: cx.call.method.as_str().to_string(),
-            })
-            .inc();
-        Done::Result(translate::input_required(
-            init,
-            Value::Object(requests),
-            state::seal(&self.sealer, &st),
-        ))
+        let answers = mrtr::answers_by_key(st.k.keys(), &cx.call.params)?;
+        if answers.len() != st.k.len() {
+            // The questions themselves were held by the owner: they cannot be asked again.
+            return Err(self.rejected(cx, state::Rejected::FlowLost));
+        }
+        let transport = &self.transports[&cx.route.path];
+        let wire = SessionWire { id: st.sid.clone(), version: st.ver.clone() };
+        for (key, result) in &answers {
+            let response = json!({"jsonrpc": "2.0", "id": st.k[key], "result": result});
+            if transport.post(&wire, &response).await.is_err() {
+                return Err(self.rejected(cx, state::Rejected::FlowLost));
+            }
+        }
+        let Ok(post) = transport.get_stream(&wire, Some(last_event)).await else {
+            return Err(self.rejected(cx, state::Rejected::FlowLost));
+        };
+        let key = Self::key(cx.route, cx.call, cx.caller);
+        let init = match self.pool.acquire(transport, key.clone()).await {
+            Ok(s) => s.init.clone(),
+            Err(_) => Arc::new(json!({})),
+        };
+        let session = Arc::new(Session::adopt(transport, key, wire.clone(), init));
+        let mut flow = ParkedFlow {
+            session,
+            wire,
+            stream: Streams { post: Box::new(post), get: None },
+            _exclusive: None,
+            upstream_id,
+            progress_token: cx.call.meta.progress_token.as_ref().map(|_| json!(format!("sl-{upstream_id}"))),
+            pending: BTreeMap::new(),
+            round: st.rd,
+            minted: st.k.len() as u32,
+            deadline: tokio::time::Instant::now() + cx.route.upstream.call_timeout,
+        };
+        let done = flow.read_on(self, cx, reply).await;
+        Ok(self.conclude(cx, Some(st.f.clone()), flow, done, reply).await)
     }
 
     /// Puts a flow back after a retry that could not use it (wrong round,
-    /// malformed answers): the legitimate retry may still come.
+    /// malformed answers): the legitimate retry may still come until the
+    /// flow's first expiry.
     fn put_back(&self, id: String, flow: ParkedFlow, expires: tokio::time::Instant) {
         if let Err(flow) = self.parked.park_until(id, flow, expires) {
             tokio::spawn(flow.abandon(self.metrics.clone()));
@@ -255,6 +291,99 @@ impl Legacy {
         }
     }
 
+    /// Replay mode's counterpart of [`Legacy::conclude`]: questions already
+    /// answered in `book` are answered at once; a new question ends the run
+    /// (declined upstream, call cancelled) with a round whose sealed state
+    /// carries every answer so far. Nothing is parked.
+    pub(super) async fn conclude_replay(
+        &self,
+        cx: Ctx<'_>,
+        mut flow: ParkedFlow,
+        mut done: Done,
+        book: &BTreeMap<String, Value>,
+        reply: &mut Reply,
+    ) -> Done {
+        loop {
+            let Done::Input(questions) = done else {
+                return self.shape(cx, &flow.session, &flow.wire, done);
+            };
+            flow.add_questions(questions);
+            let known: BTreeMap<String, Value> =
+                flow.pending.keys().filter_map(|k| book.get(k).map(|a| (k.clone(), a.clone()))).collect();
+            if let Err(e) = flow.deliver(known).await {
+                return Done::Failed(e);
+            }
+            if flow.pending.is_empty() {
+                done = flow.read_on(self, cx, reply).await;
+                continue;
+            }
+            let result = self.replay_round(cx, &flow, book);
+            flow.decline_pending(&self.metrics).await;
+            let flight = InFlight {
+                call: cx.call,
+                session: &flow.session,
+                wire: &flow.wire,
+                upstream_id: flow.upstream_id,
+                progress_token: None,
+                keepalive: self.keepalive,
+                deadline: flow.deadline,
+                metrics: &self.metrics,
+            };
+            call::cancel(&flight, "replay mode: the call runs again on the retry");
+            return Done::Result(result);
+        }
+    }
+
+    fn replay_round(
+        &self,
+        cx: Ctx<'_>,
+        flow: &ParkedFlow,
+        book: &BTreeMap<String, Value>,
+    ) -> Map<String, Value> {
+        let mut st = self.new_state(cx, flow, super::random_id(), cx.route.replay_ttl);
+        st.k = flow.pending.keys().map(|k| (k.clone(), Value::Null)).collect();
+        st.ans = Some(book.clone());
+        st.uid = None;
+        st.ev = None;
+        self.count_round(cx);
+        translate::input_required(&flow.session.init, flow.input_requests(), state::seal(&self.sealer, &st))
+    }
+
+    /// The sealed state for `flow`'s current round.
+    fn new_state(&self, cx: Ctx<'_>, flow: &ParkedFlow, id: String, ttl: Duration) -> state::FlowState {
+        let now = state::now_ms();
+        state::FlowState {
+            r: cx.route.path.clone(),
+            sid: flow.wire.id.clone(),
+            ver: flow.wire.version.clone(),
+            own: self.instance.clone(),
+            oa: self.cluster.as_ref().map(|c| c.advertise().to_string()),
+            uid: Some(flow.upstream_id),
+            ev: flow.stream.post.last_event_id().map(str::to_string),
+            f: id,
+            k: flow.pending.iter().map(|(k, q)| (k.clone(), q.upstream_id.clone())).collect(),
+            p: cx.caller.principal.clone(),
+            m: cx.call.method.as_str().to_string(),
+            n: cx.call.name.clone(),
+            a: state::params_digest(&cx.call.params),
+            iat: now,
+            exp: now + ttl.as_millis() as u64,
+            rd: flow.round,
+            re: false,
+            ans: None,
+        }
+    }
+
+    fn count_round(&self, cx: Ctx<'_>) {
+        self.metrics
+            .mrtr_rounds
+            .get_or_create(&MethodLabels {
+                route: cx.route.path.clone(),
+                method: cx.call.method.as_str().to_string(),
+            })
+            .inc();
+    }
+
     /// Parks `flow` for a new round and returns the `input_required` result;
     /// gives the flow back when the parking lot is full.
     fn park_round(
@@ -268,50 +397,69 @@ impl Legacy {
         }
         flow.round += 1;
         let id = flow_id.unwrap_or_else(super::random_id);
+        let st = self.new_state(cx, &flow, id.clone(), self.parked.ttl());
+        let requests = flow.input_requests();
+        let init = flow.session.init.clone();
+        self.parked.park(id, flow).map_err(Box::new)?;
+        self.count_parked();
+        self.count_round(cx);
+        Ok(translate::input_required(&init, requests, state::seal(&self.sealer, &st)))
+    }
+
+    /// A 2025-11-25 upstream's -32042 (URL elicitation required) as a round of
+    /// URL-mode elicitations; the retry re-issues the call (nothing is parked,
+    /// and `notifications/elicitation/complete` is never passed on).
+    pub(super) fn url_round(&self, cx: Ctx<'_>, init: &Value, data: Option<&Value>) -> Done {
+        let elicitations = data.and_then(|d| d.get("elicitations")).and_then(Value::as_array);
+        let (Some(elicitations), true) =
+            (elicitations.filter(|e| !e.is_empty()), cx.call.method.allows_input())
+        else {
+            return Done::Failed(Error::UpstreamInvalid("URL elicitation required"));
+        };
+        let declared = cx.call.meta.capabilities.get("elicitation").and_then(|e| e.get("url"));
+        if declared.is_none() {
+            return Done::Failed(Error::MissingCapability(json!({"elicitation": {"url": {}}})));
+        }
+        let mut requests = Map::new();
+        let mut keys = BTreeMap::new();
+        for (i, e) in elicitations.iter().enumerate() {
+            let key = format!("elicitation_{}", i + 1);
+            let mut params = e.clone();
+            if let Some(p) = params.as_object_mut() {
+                p.insert("mode".into(), json!("url"));
+            }
+            requests.insert(key.clone(), mrtr::input_request("elicitation/create", Some(&params)));
+            keys.insert(key, Value::Null);
+        }
         let now = state::now_ms();
         let st = state::FlowState {
             r: cx.route.path.clone(),
-            sid: flow.wire.id.clone(),
-            ver: flow.wire.version.clone(),
+            sid: None,
+            ver: None,
             own: self.instance.clone(),
-            f: id.clone(),
-            k: flow
-                .pending
-                .iter()
-                .map(|(k, q)| (k.clone(), q.upstream_id.clone()))
-                .collect(),
+            oa: None,
+            uid: None,
+            ev: None,
+            f: super::random_id(),
+            k: keys,
             p: cx.caller.principal.clone(),
             m: cx.call.method.as_str().to_string(),
             n: cx.call.name.clone(),
             a: state::params_digest(&cx.call.params),
             iat: now,
             exp: now + self.parked.ttl().as_millis() as u64,
-            rd: flow.round,
-            re: false,
+            rd: 1,
+            re: true,
+            ans: None,
         };
-        let requests = flow.input_requests();
-        let init = flow.session.init.clone();
-        self.parked.park(id, flow).map_err(Box::new)?;
-        self.count_parked();
-        self.metrics
-            .mrtr_rounds
-            .get_or_create(&MethodLabels {
-                route: cx.route.path.clone(),
-                method: cx.call.method.as_str().to_string(),
-            })
-            .inc();
-        Ok(translate::input_required(
-            &init,
-            requests,
-            state::seal(&self.sealer, &st),
-        ))
+        self.count_round(cx);
+        Done::Result(translate::input_required(init, Value::Object(requests), state::seal(&self.sealer, &st)))
     }
 
     /// Declines the questions of parked flows whose TTL passed, until shutdown;
     /// then declines every flow still parked.
     pub async fn run_flow_reaper(self: Arc<Self>, shutdown: tokio_util::sync::CancellationToken) {
-        let period =
-            (self.parked.ttl() / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
+        let period = (self.parked.ttl() / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
         let mut tick = tokio::time::interval(period);
         loop {
             tokio::select! {
@@ -325,44 +473,21 @@ impl Legacy {
             self.count_parked();
             for flow in expired {
                 let route = Metrics::route(&flow.session.key.route);
-                self.metrics
-                    .parked_flows_expired
-                    .get_or_create(&route)
-                    .inc();
+                self.metrics.parked_flows_expired.get_or_create(&route).inc();
                 tokio::spawn(flow.abandon(self.metrics.clone()));
             }
         }
         let left = self.parked.drain();
         self.count_parked();
-        futures_util::future::join_all(left.into_iter().map(|f| f.abandon(self.metrics.clone())))
-            .await;
+        futures_util::future::join_all(left.into_iter().map(|f| f.abandon(self.metrics.clone()))).await;
     }
-}
-
-/// A URL round's answers must be well-formed elicitation results (consent only:
-/// whether the user finished is the upstream's to judge on the re-issued call).
-fn check_url_answers(st: &state::FlowState, call: &crate::front::Call) -> Result<(), Error> {
-    let Some(Value::Object(responses)) = call.params.get("inputResponses") else {
-        return Ok(());
-    };
-    let question = mrtr::Question {
-        upstream_id: Value::Null,
-        method: "elicitation/create".into(),
-        request: Value::Null,
-    };
-    for key in st.k.keys() {
-        if let Some(answer) = responses.get(key) {
-            mrtr::legacy_answer(key, &question, answer)?;
-        }
-    }
-    Ok(())
 }
 
 /// The retry's answers to the flow's pending questions, as legacy results.
 /// Missing answers are left pending; unknown keys are ignored.
-fn answers(flow: &ParkedFlow, call: &crate::front::Call) -> Result<Vec<(String, Value)>, Error> {
+fn answers(flow: &ParkedFlow, call: &crate::front::Call) -> Result<BTreeMap<String, Value>, Error> {
     let Some(Value::Object(responses)) = call.params.get("inputResponses") else {
-        return Ok(Vec::new());
+        return Ok(BTreeMap::new());
     };
     flow.pending
         .iter()

@@ -31,9 +31,7 @@ struct Filter {
 impl Filter {
     fn parse(params: &Map<String, Value>) -> Result<Filter, Error> {
         let Some(Value::Object(n)) = params.get("notifications") else {
-            return Err(Error::invalid_params(
-                "subscriptions/listen needs a notifications filter",
-            ));
+            return Err(Error::invalid_params("subscriptions/listen needs a notifications filter"));
         };
         let flag = |k: &str| n.get(k).and_then(Value::as_bool).unwrap_or(false);
         let uris = match n.get("resourceSubscriptions") {
@@ -44,9 +42,7 @@ impl Filter {
                 .collect::<Option<Vec<_>>>()
                 .ok_or_else(|| Error::invalid_params("resourceSubscriptions must be strings"))?,
             Some(_) => {
-                return Err(Error::invalid_params(
-                    "resourceSubscriptions must be a bounded list of URIs",
-                ))
+                return Err(Error::invalid_params("resourceSubscriptions must be a bounded list of URIs"))
             }
         };
         Ok(Filter {
@@ -130,23 +126,13 @@ impl Legacy {
             return fail(reply, call, Error::Overloaded).await;
         };
         let transport = &self.transports[&route.path];
-        let session = match self
-            .pool
-            .open_exclusive(transport, Self::key(route, call, caller))
-            .await
-        {
+        let session = match self.pool.open_exclusive(transport, Self::key(route, call, caller)).await {
             Ok(s) => s,
             Err(e) => return fail(reply, call, e).await,
         };
-        let gauge = self
-            .metrics
-            .listen_streams_open
-            .get_or_create(&Metrics::route(&route.path))
-            .clone();
+        let gauge = self.metrics.listen_streams_open.get_or_create(&Metrics::route(&route.path)).clone();
         gauge.inc();
-        let outcome = self
-            .run_listen(route, call, &session, filter, &mut reply)
-            .await;
+        let outcome = self.run_listen(route, call, &session, filter, &mut reply).await;
         gauge.dec();
         self.pool.close(&session, "exclusive").await;
         if outcome == "ok" {
@@ -168,8 +154,7 @@ impl Legacy {
         let filter = filter.honoured(&session.init);
         let timeout = route.upstream.response_timeout;
         for uri in &filter.uris {
-            if let Err(e) =
-                simple_request(session, "resources/subscribe", json!({"uri": uri}), timeout).await
+            if let Err(e) = simple_request(session, "resources/subscribe", json!({"uri": uri}), timeout).await
             {
                 tracing::warn!(error = %e, "resources/subscribe failed upstream");
             }
@@ -177,10 +162,7 @@ impl Legacy {
         let mut stream = match session.transport.get_stream(&session.wire, None).await {
             Ok(s) => Some(s),
             Err(e) => {
-                tracing::info!(
-                    ?e,
-                    "upstream has no standalone GET stream; listen carries keep-alives only"
-                );
+                tracing::info!(?e, "upstream has no standalone GET stream; listen carries keep-alives only");
                 None
             }
         };
@@ -189,8 +171,7 @@ impl Legacy {
         if reply.event(&ack).await.is_err() {
             return "cancelled";
         }
-        let mut keepalive =
-            tokio::time::interval_at(Instant::now() + self.keepalive, self.keepalive);
+        let mut keepalive = tokio::time::interval_at(Instant::now() + self.keepalive, self.keepalive);
         loop {
             let next = async {
                 match stream.as_mut() {

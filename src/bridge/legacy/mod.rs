@@ -29,6 +29,7 @@ use crate::park::ParkingLot;
 use crate::reply::Reply;
 use crate::seal::Sealer;
 use call::{Done, InFlight};
+use flow::Resumed;
 use mrtr::ParkedFlow;
 use pool::Exclusive;
 pub use pool::Pool;
@@ -48,8 +49,28 @@ struct Ctx<'a> {
 pub struct Caller {
     /// Digest of the bearer token, or "anonymous".
     pub principal: String,
-    /// Only the `Mcp-Param-*` headers of the request.
-    pub param_headers: HeaderMap,
+    /// The request's MCP headers (`MCP-Protocol-Version`, `Mcp-Method`,
+    /// `Mcp-Name`, `Mcp-Param-*`), `Content-Type` and `Accept`.
+    pub headers: HeaderMap,
+    /// The request body as received (a retry forwarded to its owner replica
+    /// carries it unchanged).
+    pub body: bytes::Bytes,
+    /// Received from another replica: never forwarded again.
+    pub forwarded: bool,
+}
+
+impl Caller {
+    /// The headers of `all` that describe the MCP request (never credentials).
+    pub fn mcp_headers(all: &HeaderMap) -> HeaderMap {
+        all.iter()
+            .filter(|(k, _)| {
+                let k = k.as_str();
+                k.starts_with("mcp-") || k == "content-type" || k == "accept"
+            })
+            .filter(|(k, _)| k.as_str() != "mcp-session-id")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
 }
 
 pub struct Legacy {
@@ -68,6 +89,8 @@ pub struct Legacy {
     parked: ParkingLot<ParkedFlow>,
     /// This replica's name in `requestState`.
     instance: String,
+    /// Cluster mode: how to reach the replica that owns a flow.
+    cluster: Option<crate::cluster::Forwarder>,
 }
 
 /// Maps a transport failure to the client-facing error. `sent`: the request
@@ -106,31 +129,32 @@ impl Legacy {
             })
             .collect();
         Legacy {
-            pool: Arc::new(Pool::new(
-                config.pool.max_sessions,
-                config.pool.idle_timeout,
-                metrics.clone(),
-            )),
+            pool: Arc::new(Pool::new(config.pool.max_sessions, config.pool.idle_timeout, metrics.clone())),
             transports,
             discover: DashMap::new(),
             tool_headers: tool_headers::Cache::default(),
             sealer,
             metrics,
             keepalive: config.keepalive_interval,
-            listen_slots: Arc::new(tokio::sync::Semaphore::new(
-                config.limits.max_listen_streams,
-            )),
+            listen_slots: Arc::new(tokio::sync::Semaphore::new(config.limits.max_listen_streams)),
             shutdown,
-            parked: ParkingLot::new(
-                config.limits.max_parked_flows,
-                config.limits.parked_flow_ttl,
-            ),
-            instance: random_id(),
+            parked: ParkingLot::new(config.limits.max_parked_flows, config.limits.parked_flow_ttl),
+            instance: config.cluster.as_ref().map(|c| c.instance_id.clone()).unwrap_or_else(random_id),
+            cluster: config.cluster.as_ref().map(|c| {
+                let timeout =
+                    config.routes.iter().map(|r| r.upstream.response_timeout).max().unwrap_or_default();
+                crate::cluster::Forwarder::new(c, timeout)
+            }),
         }
     }
 
     pub fn pool(&self) -> &Arc<Pool> {
         &self.pool
+    }
+
+    /// Calls paused on a question in this replica.
+    pub fn parked_flows(&self) -> usize {
+        self.parked.len()
     }
 
     fn key(route: &Route, call: &Call, caller: &Caller) -> PoolKey {
@@ -157,24 +181,20 @@ impl Legacy {
             _ => self.forward(&route, &call, &caller, &mut reply).await,
         };
         let (status, body, outcome) = match done {
-            Done::Result(result) => (
-                StatusCode::OK,
-                json!({"jsonrpc": "2.0", "id": call.id, "result": result}),
-                "ok",
-            ),
-            Done::Failed(err) => (
-                err.status(),
-                error_body(Some(&call.id), &err, SUPPORTED_VERSIONS),
-                err.reason(),
-            ),
+            Done::Result(result) => {
+                (StatusCode::OK, json!({"jsonrpc": "2.0", "id": call.id, "result": result}), "ok")
+            }
+            Done::Failed(err) => {
+                (err.status(), error_body(Some(&call.id), &err, SUPPORTED_VERSIONS), err.reason())
+            }
             Done::Cancelled => return "cancelled",
+            Done::Relay(response) => {
+                let _ = reply.relay(response);
+                return "forwarded";
+            }
             Done::Input(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
-                error_body(
-                    Some(&call.id),
-                    &Error::Internal("unparked questions".into()),
-                    SUPPORTED_VERSIONS,
-                ),
+                error_body(Some(&call.id), &Error::Internal("unparked questions".into()), SUPPORTED_VERSIONS),
                 "internal",
             ),
         };
@@ -185,17 +205,13 @@ impl Legacy {
     async fn discover(&self, route: &Route, call: &Call, caller: &Caller) -> Done {
         let key = Self::key(route, call, caller);
         let cache_key = (route.path.clone(), key.capabilities.clone());
-        let cached = self
-            .discover
-            .get(&cache_key)
-            .filter(|e| e.0.elapsed() < route.discover_ttl)
-            .map(|e| e.1.clone());
+        let cached =
+            self.discover.get(&cache_key).filter(|e| e.0.elapsed() < route.discover_ttl).map(|e| e.1.clone());
         let init = match cached {
             Some(init) => init,
             None => match self.pool.acquire(&self.transports[&route.path], key).await {
                 Ok(session) => {
-                    self.discover
-                        .insert(cache_key, (Instant::now(), session.init.clone()));
+                    self.discover.insert(cache_key, (Instant::now(), session.init.clone()));
                     session.init.clone()
                 }
                 Err(e) => return Done::Failed(e),
@@ -204,13 +220,7 @@ impl Legacy {
         Done::Result(translate::discover(route, &init, SUPPORTED_VERSIONS))
     }
 
-    async fn forward(
-        &self,
-        route: &Route,
-        call: &Call,
-        caller: &Caller,
-        reply: &mut Reply,
-    ) -> Done {
+    async fn forward(&self, route: &Route, call: &Call, caller: &Caller, reply: &mut Reply) -> Done {
         match self.try_forward(route, call, caller, reply).await {
             Ok(done) => done,
             Err(e) => Done::Failed(e),
@@ -242,25 +252,24 @@ impl Legacy {
         reply: &mut Reply,
     ) -> Result<Done, Error> {
         mrtr::check_responses_shape(&call.params)?;
-        let cx = Ctx {
-            route,
-            call,
-            caller,
-        };
+        let cx = Ctx { route, call, caller };
+        let mut book = None;
         if let Some(blob) = call.params.get("requestState") {
-            if let Some(done) = self.resume(cx, blob, reply).await? {
-                return Ok(done);
+            match self.resume(cx, blob, reply).await? {
+                Resumed::Done(done) => return Ok(done),
+                Resumed::Reissue => {}
+                Resumed::Replay(answers) => book = Some(answers),
             }
         }
+        let replay = route.replays(call.name.as_deref().filter(|_| call.method == Method::ToolsCall));
+        let book = book.unwrap_or_default();
         let transport = &self.transports[&route.path];
         let key = Self::key(route, call, caller);
         let mut params = call.params.clone();
         let pinned = cursor::open(&self.sealer, route, call, caller, &mut params)?;
         let (mut session, mut exclusive) = self.session_for(transport, &key, call).await?;
         if call.method == Method::ToolsCall {
-            self.tool_headers
-                .check(&session, call, caller, route.upstream.response_timeout)
-                .await?;
+            self.tool_headers.check(&session, call, caller, route.upstream.response_timeout).await?;
         }
         let deadline = tokio::time::Instant::now() + route.upstream.call_timeout;
         let mut retried = false;
@@ -271,11 +280,7 @@ impl Legacy {
                 None => None,
             };
             let upstream_id = session.mint_id();
-            let token = call
-                .meta
-                .progress_token
-                .as_ref()
-                .map(|_| json!(format!("sl-{upstream_id}")));
+            let token = call.meta.progress_token.as_ref().map(|_| json!(format!("sl-{upstream_id}")));
             let request = call::upstream_request(call, &params, upstream_id, token.as_ref());
             let flight = InFlight {
                 call,
@@ -293,22 +298,12 @@ impl Legacy {
             };
             match posted {
                 Ok((answer, _)) => {
-                    let (questions, stream) =
-                        match call::read_answer(&flight, answer, get, reply).await {
-                            (Done::Input(questions), Some(stream)) => (questions, stream),
-                            (done, _) => {
-                                return Ok(self.shape(
-                                    Ctx {
-                                        route,
-                                        call,
-                                        caller,
-                                    },
-                                    &session,
-                                    &wire,
-                                    done,
-                                ))
-                            }
-                        };
+                    let (questions, stream) = match call::read_answer(&flight, answer, get, reply).await {
+                        (Done::Input(questions), Some(stream)) => (questions, stream),
+                        (done, _) => {
+                            return Ok(self.shape(Ctx { route, call, caller }, &session, &wire, done))
+                        }
+                    };
                     let flow = ParkedFlow {
                         session: session.clone(),
                         wire,
@@ -322,19 +317,10 @@ impl Legacy {
                         deadline,
                     };
                     let done = Done::Input(questions);
-                    return Ok(self
-                        .conclude(
-                            Ctx {
-                                route,
-                                call,
-                                caller,
-                            },
-                            None,
-                            flow,
-                            done,
-                            reply,
-                        )
-                        .await);
+                    if replay {
+                        return Ok(self.conclude_replay(cx, flow, done, &book, reply).await);
+                    }
+                    return Ok(self.conclude(cx, None, flow, done, reply).await);
                 }
                 Err(PostError::SessionGone) if pinned.is_some() => {
                     return Err(cursor::expired());
@@ -343,10 +329,7 @@ impl Legacy {
                     if exclusive.is_none() {
                         self.pool.invalidate(&session);
                     }
-                    self.metrics
-                        .sessions_reinitialized
-                        .get_or_create(&Metrics::route(&route.path))
-                        .inc();
+                    self.metrics.sessions_reinitialized.get_or_create(&Metrics::route(&route.path)).inc();
                     (session, exclusive) = self.session_for(transport, &key, call).await?;
                 }
                 Err(PostError::NotSent) if !retried => {}
@@ -373,12 +356,7 @@ impl Legacy {
         if cx.call.method == Method::ToolsList && !cx.call.params.contains_key("cursor") {
             self.tool_headers.learn(session, cx.caller, &result);
         }
-        Done::Result(translate::result(
-            cx.call.method,
-            cx.route,
-            &session.init,
-            result,
-        ))
+        Done::Result(translate::result(cx.call.method, cx.route, &session.init, result))
     }
 }
 

@@ -14,10 +14,37 @@ use crate::error::Error;
 
 /// The methods an upstream may ask during a call that MRTR can carry.
 pub fn is_question(method: &str) -> bool {
-    matches!(
-        method,
-        "elicitation/create" | "sampling/createMessage" | "roots/list"
-    )
+    matches!(method, "elicitation/create" | "sampling/createMessage" | "roots/list")
+}
+
+/// The method behind a gateway-minted input key (`elicitation_3` →
+/// `elicitation/create`), for checking answers when only the key is known.
+pub fn method_of_key(key: &str) -> Option<&'static str> {
+    match key.rsplit_once('_')?.0 {
+        "elicitation" => Some("elicitation/create"),
+        "sampling" => Some("sampling/createMessage"),
+        "roots" => Some("roots/list"),
+        _ => None,
+    }
+}
+
+/// Checks the retry's answers for `keys` (known by key only) and returns them
+/// as legacy results; keys without an answer are left out.
+pub fn answers_by_key<'k>(
+    keys: impl Iterator<Item = &'k String>,
+    params: &Map<String, Value>,
+) -> Result<BTreeMap<String, Value>, Error> {
+    let Some(Value::Object(responses)) = params.get("inputResponses") else {
+        return Ok(BTreeMap::new());
+    };
+    let mut out = BTreeMap::new();
+    for key in keys {
+        let Some(answer) = responses.get(key) else { continue };
+        let method = method_of_key(key).unwrap_or("");
+        let question = Question { upstream_id: Value::Null, method: method.into(), request: Value::Null };
+        out.insert(key.clone(), legacy_answer(key, &question, answer)?);
+    }
+    Ok(out)
 }
 
 /// One upstream question waiting for the client's answer.
@@ -51,11 +78,7 @@ impl ParkedFlow {
     /// Mints deterministic keys (`elicitation_1`, `sampling_2`, …) for new questions.
     pub fn add_questions(&mut self, messages: Vec<Value>) {
         for msg in messages {
-            let method = msg
-                .get("method")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
+            let method = msg.get("method").and_then(Value::as_str).unwrap_or("").to_string();
             self.minted += 1;
             let prefix = method.split('/').next().unwrap_or("input");
             let key = format!("{prefix}_{}", self.minted);
@@ -70,11 +93,8 @@ impl ParkedFlow {
 
     /// The `inputRequests` object for the pending questions.
     pub fn input_requests(&self) -> Value {
-        let map: Map<String, Value> = self
-            .pending
-            .iter()
-            .map(|(k, q)| (k.clone(), q.request.clone()))
-            .collect();
+        let map: Map<String, Value> =
+            self.pending.iter().map(|(k, q)| (k.clone(), q.request.clone())).collect();
         Value::Object(map)
     }
 }
@@ -82,10 +102,7 @@ impl ParkedFlow {
 /// The 2026 shape of a legacy server request: `{method, params}`, without
 /// `jsonrpc`, `id` and legacy-only fields (`_meta`, `task`, `elicitationId`).
 pub fn input_request(method: &str, params: Option<&Value>) -> Value {
-    let mut params = params
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
+    let mut params = params.and_then(Value::as_object).cloned().unwrap_or_default();
     params.remove("_meta");
     params.remove("task");
     params.remove("elicitationId");
@@ -181,19 +198,12 @@ mod tests {
             r,
             json!({"method": "elicitation/create", "params": {"mode": "url", "url": "https://x", "message": "go"}})
         );
-        assert_eq!(
-            input_request("roots/list", None),
-            json!({"method": "roots/list"})
-        );
+        assert_eq!(input_request("roots/list", None), json!({"method": "roots/list"}));
     }
 
     #[test]
     fn answers_are_validated_per_method() {
-        let q = |m: &str| Question {
-            upstream_id: json!(1),
-            method: m.into(),
-            request: json!({}),
-        };
+        let q = |m: &str| Question { upstream_id: json!(1), method: m.into(), request: json!({}) };
         assert!(legacy_answer(
             "k",
             &q("elicitation/create"),
@@ -215,9 +225,8 @@ mod tests {
 
     #[test]
     fn response_maps_must_hold_objects() {
-        let p = |v: Value| {
-            serde_json::from_value::<Map<String, Value>>(json!({"inputResponses": v})).unwrap()
-        };
+        let p =
+            |v: Value| serde_json::from_value::<Map<String, Value>>(json!({"inputResponses": v})).unwrap();
         assert!(check_responses_shape(&p(json!({"a": {}}))).is_ok());
         assert!(check_responses_shape(&p(json!({"a": 12345}))).is_err());
         assert!(check_responses_shape(&p(Value::Null)).is_err());

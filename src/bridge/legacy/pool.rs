@@ -27,13 +27,7 @@ pub struct Pool {
 
 impl Pool {
     pub fn new(max: usize, idle: Duration, metrics: Metrics) -> Pool {
-        Pool {
-            slots: Mutex::new(HashMap::new()),
-            max,
-            idle,
-            epoch: Instant::now(),
-            metrics,
-        }
+        Pool { slots: Mutex::new(HashMap::new()), max, idle, epoch: Instant::now(), metrics }
     }
 
     pub fn now_ms(&self) -> u64 {
@@ -41,30 +35,16 @@ impl Pool {
     }
 
     /// The pooled session for `key`, opened on first use.
-    pub async fn acquire(
-        &self,
-        transport: &Transport,
-        key: PoolKey,
-    ) -> Result<Arc<Session>, Error> {
+    pub async fn acquire(&self, transport: &Transport, key: PoolKey) -> Result<Arc<Session>, Error> {
         let slot = self.slot(&key)?;
-        let session = slot
-            .cell
-            .get_or_try_init(|| self.open(transport, key.clone()))
-            .await?
-            .clone();
-        session
-            .last_used
-            .store(self.now_ms(), std::sync::atomic::Ordering::Relaxed);
+        let session = slot.cell.get_or_try_init(|| self.open(transport, key.clone())).await?.clone();
+        session.last_used.store(self.now_ms(), std::sync::atomic::Ordering::Relaxed);
         Ok(session)
     }
 
     /// A session of its own (not pooled), for a listen stream or a call that
     /// must not share its session. The caller closes it with [`Pool::close`].
-    pub async fn open_exclusive(
-        &self,
-        transport: &Transport,
-        key: PoolKey,
-    ) -> Result<Arc<Session>, Error> {
+    pub async fn open_exclusive(&self, transport: &Transport, key: PoolKey) -> Result<Arc<Session>, Error> {
         self.open(transport, key).await
     }
 
@@ -72,14 +52,8 @@ impl Pool {
         let route = key.route.clone();
         match Session::open(transport, key, self.now_ms()).await {
             Ok(s) => {
-                self.metrics
-                    .sessions_initialized
-                    .get_or_create(&Metrics::route(&route))
-                    .inc();
-                self.metrics
-                    .sessions_open
-                    .get_or_create(&Metrics::route(&route))
-                    .inc();
+                self.metrics.sessions_initialized.get_or_create(&Metrics::route(&route)).inc();
+                self.metrics.sessions_open.get_or_create(&Metrics::route(&route)).inc();
                 Ok(Arc::new(s))
             }
             Err(InitError::Post(e)) => Err(super::map_post_error(e, false)),
@@ -97,12 +71,8 @@ impl Pool {
                 .iter()
                 .filter_map(|(k, slot)| {
                     let s = slot.cell.get()?;
-                    (Arc::strong_count(s) == 1).then(|| {
-                        (
-                            k.clone(),
-                            s.last_used.load(std::sync::atomic::Ordering::Relaxed),
-                        )
-                    })
+                    (Arc::strong_count(s) == 1)
+                        .then(|| (k.clone(), s.last_used.load(std::sync::atomic::Ordering::Relaxed)))
                 })
                 .min_by_key(|(_, used)| *used)
                 .map(|(k, _)| k)
@@ -111,9 +81,7 @@ impl Pool {
                 self.spawn_close(old, "evicted");
             }
         }
-        let slot = Arc::new(Slot {
-            cell: OnceCell::new(),
-        });
+        let slot = Arc::new(Slot { cell: OnceCell::new() });
         slots.insert(key.clone(), slot.clone());
         Ok(slot)
     }
@@ -121,21 +89,13 @@ impl Pool {
     /// Forgets `session` (after the upstream answered 404 for it).
     pub fn invalidate(&self, session: &Arc<Session>) {
         let mut slots = self.slots.lock().expect("pool lock");
-        let same = slots
-            .get(&session.key)
-            .and_then(|slot| slot.cell.get())
-            .is_some_and(|s| Arc::ptr_eq(s, session));
+        let same =
+            slots.get(&session.key).and_then(|slot| slot.cell.get()).is_some_and(|s| Arc::ptr_eq(s, session));
         if same {
             slots.remove(&session.key);
-            self.metrics
-                .sessions_open
-                .get_or_create(&Metrics::route(&session.key.route))
-                .dec();
+            self.metrics.sessions_open.get_or_create(&Metrics::route(&session.key.route)).dec();
         }
-        self.metrics
-            .sessions_expired
-            .get_or_create(&Metrics::route(&session.key.route))
-            .inc();
+        self.metrics.sessions_expired.get_or_create(&Metrics::route(&session.key.route)).inc();
     }
 
     fn spawn_close(&self, session: Arc<Session>, reason: &'static str) {
@@ -163,9 +123,7 @@ impl Pool {
                 })
                 .map(|(k, _)| k.clone())
                 .collect();
-            keys.iter()
-                .filter_map(|k| slots.remove(k).and_then(|s| s.cell.get().cloned()))
-                .collect()
+            keys.iter().filter_map(|k| slots.remove(k).and_then(|s| s.cell.get().cloned())).collect()
         };
         let n = victims.len();
         for s in victims {
@@ -178,10 +136,7 @@ impl Pool {
     pub async fn close_all(&self) {
         let all: Vec<Arc<Session>> = {
             let mut slots = self.slots.lock().expect("pool lock");
-            slots
-                .drain()
-                .filter_map(|(_, s)| s.cell.get().cloned())
-                .collect()
+            slots.drain().filter_map(|(_, s)| s.cell.get().cloned()).collect()
         };
         let closing = all.iter().map(|s| close(&self.metrics, s, "shutdown"));
         futures_util::future::join_all(closing).await;
@@ -211,13 +166,7 @@ async fn close(metrics: &Metrics, session: &Session, reason: &'static str) {
     session.transport.delete(&session.wire).await;
     let route = Metrics::route(&session.key.route);
     metrics.sessions_open.get_or_create(&route).dec();
-    metrics
-        .sessions_closed
-        .get_or_create(&ReasonLabels {
-            route: session.key.route.clone(),
-            reason,
-        })
-        .inc();
+    metrics.sessions_closed.get_or_create(&ReasonLabels { route: session.key.route.clone(), reason }).inc();
 }
 
 /// An exclusive session, closed upstream (DELETE) when this guard is dropped:

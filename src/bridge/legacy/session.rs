@@ -35,9 +35,7 @@ pub struct Session {
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Session")
-            .field("key", &self.key)
-            .finish_non_exhaustive()
+        f.debug_struct("Session").field("key", &self.key).finish_non_exhaustive()
     }
 }
 
@@ -55,14 +53,22 @@ impl Session {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// A session opened by someone else (another replica), known from a sealed
+    /// `requestState`: used to deliver answers and resume its stream.
+    pub fn adopt(transport: &Transport, key: PoolKey, wire: SessionWire, init: Arc<Value>) -> Session {
+        Session {
+            key,
+            transport: transport.clone(),
+            wire,
+            init,
+            next_id: AtomicU64::new(1 << 40),
+            last_used: AtomicU64::new(0),
+        }
+    }
+
     /// Runs the legacy handshake: `initialize`, then `notifications/initialized`.
-    pub async fn open(
-        transport: &Transport,
-        key: PoolKey,
-        now_ms: u64,
-    ) -> Result<Session, InitError> {
-        let capabilities: Value =
-            serde_json::from_str(&key.capabilities).unwrap_or_else(|_| json!({}));
+    pub async fn open(transport: &Transport, key: PoolKey, now_ms: u64) -> Result<Session, InitError> {
+        let capabilities: Value = serde_json::from_str(&key.capabilities).unwrap_or_else(|_| json!({}));
         let request = json!({
             "jsonrpc": "2.0",
             "id": 0,
@@ -73,10 +79,8 @@ impl Session {
                 "clientInfo": {"name": "sessionless", "version": env!("CARGO_PKG_VERSION")},
             }
         });
-        let (reply, session_id) = transport
-            .post(&SessionWire::default(), &request)
-            .await
-            .map_err(InitError::Post)?;
+        let (reply, session_id) =
+            transport.post(&SessionWire::default(), &request).await.map_err(InitError::Post)?;
         let response = match reply {
             Reply::Json(v) => v,
             Reply::Stream(mut s) => loop {
@@ -97,10 +101,7 @@ impl Session {
             .filter(|v| LEGACY_VERSIONS.contains(v))
             .ok_or(InitError::Refused("unsupported protocol version"))?
             .to_string();
-        let wire = SessionWire {
-            id: session_id,
-            version: Some(version),
-        };
+        let wire = SessionWire { id: session_id, version: Some(version) };
         let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
         match transport.post(&wire, &initialized).await {
             Ok(_) => {}
@@ -150,10 +151,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(legacy_capabilities(&a), legacy_capabilities(&b));
-        assert_eq!(
-            legacy_capabilities(&a),
-            r#"{"elicitation":{"form":{}},"roots":{},"sampling":{}}"#
-        );
+        assert_eq!(legacy_capabilities(&a), r#"{"elicitation":{"form":{}},"roots":{},"sampling":{}}"#);
         assert_eq!(legacy_capabilities(&Map::new()), "{}");
     }
 }

@@ -20,8 +20,16 @@ pub struct FlowState {
     /// Upstream session id and version.
     pub sid: Option<String>,
     pub ver: Option<String>,
-    /// Owner replica (instance id).
+    /// Owner replica: its instance id and, in cluster mode, its internal address.
     pub own: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oa: Option<String>,
+    /// The upstream's id for the paused call, and the last SSE event id its
+    /// stream carried (if any: then another replica may try to resume it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ev: Option<String>,
     /// Flow id.
     pub f: String,
     /// Upstream request id per input key.
@@ -42,6 +50,10 @@ pub struct FlowState {
     /// parked; the retry re-issues the call.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub re: bool,
+    /// Replay mode: the answers given so far, by input key (sealed, so not
+    /// readable outside the gateway). `Some` marks a replay-mode state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ans: Option<BTreeMap<String, Value>>,
 }
 
 /// Why a `requestState` was refused; each is a `data.reason` and a metric label.
@@ -53,6 +65,8 @@ pub enum Rejected {
     WrongRequest,
     FlowGone,
     StaleRound,
+    /// The owner replica is gone and the upstream stream cannot be resumed.
+    FlowLost,
 }
 
 impl Rejected {
@@ -64,6 +78,7 @@ impl Rejected {
             Rejected::WrongRequest => "wrong_request",
             Rejected::FlowGone => "flow_finished",
             Rejected::StaleRound => "stale_round",
+            Rejected::FlowLost => "flow_lost",
         }
     }
 
@@ -77,19 +92,16 @@ impl Rejected {
                 "requestState refers to a call that has finished or is no longer paused; start the call again"
             }
             Rejected::StaleRound => "requestState is from an earlier round of this call",
+            Rejected::FlowLost => {
+                "the gateway replica holding this call is gone and the upstream call cannot be resumed; start the call again"
+            }
         };
-        Error::InvalidParams {
-            message: message.into(),
-            data: Some(json!({"reason": self.reason()})),
-        }
+        Error::InvalidParams { message: message.into(), data: Some(json!({"reason": self.reason()})) }
     }
 }
 
 pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 /// Digest of the params that identify a request: everything but the MRTR
@@ -124,9 +136,7 @@ pub struct Expect<'a> {
 
 /// Opens and checks a `requestState` against the retry.
 pub fn open(sealer: &Sealer, blob: &str, expect: &Expect<'_>) -> Result<FlowState, Rejected> {
-    let bytes = sealer
-        .open(&aad(expect.route, expect.method), blob)
-        .map_err(|_| Rejected::Invalid)?;
+    let bytes = sealer.open(&aad(expect.route, expect.method), blob).map_err(|_| Rejected::Invalid)?;
     let state: FlowState = serde_json::from_slice(&bytes).map_err(|_| Rejected::Invalid)?;
     if state.r != expect.route || state.m != expect.method {
         return Err(Rejected::Invalid);
@@ -151,10 +161,7 @@ mod tests {
     use base64::Engine;
 
     fn sealer() -> Sealer {
-        Sealer::new(vec![SealKey {
-            id: "k1".into(),
-            bytes: [7; 32],
-        }])
+        Sealer::new(vec![SealKey { id: "k1".into(), bytes: [7; 32] }])
     }
 
     fn state() -> FlowState {
@@ -163,20 +170,20 @@ mod tests {
             sid: Some("abc".into()),
             ver: Some("2025-11-25".into()),
             own: "gw-1".into(),
+            oa: None,
+            uid: Some(3),
+            ev: Some("ev-4".into()),
             f: "flow-1".into(),
-            k: [("elicitation_1".to_string(), json!(7))]
-                .into_iter()
-                .collect(),
+            k: [("elicitation_1".to_string(), json!(7))].into_iter().collect(),
             p: "anonymous".into(),
             m: "tools/call".into(),
             n: Some("ask".into()),
-            a: params_digest(
-                &serde_json::from_value(json!({"name": "ask", "arguments": {"x": 1}})).unwrap(),
-            ),
+            a: params_digest(&serde_json::from_value(json!({"name": "ask", "arguments": {"x": 1}})).unwrap()),
             iat: 1_000,
             exp: 2_000,
             rd: 1,
             re: false,
+            ans: None,
         }
     }
 
@@ -223,39 +230,25 @@ mod tests {
         let mut e = expect(&s);
         e.name = Some("other_tool");
         assert_eq!(open(&sealer(), &blob, &e), Err(Rejected::WrongRequest));
-        let other_args = params_digest(
-            &serde_json::from_value(json!({"name": "ask", "arguments": {"x": 2}})).unwrap(),
-        );
+        let other_args =
+            params_digest(&serde_json::from_value(json!({"name": "ask", "arguments": {"x": 2}})).unwrap());
         let mut e = expect(&s);
         e.params_digest = &other_args;
         assert_eq!(open(&sealer(), &blob, &e), Err(Rejected::WrongRequest));
         let mut e = expect(&s);
         e.method = "prompts/get";
-        assert_eq!(
-            open(&sealer(), &blob, &e),
-            Err(Rejected::Invalid),
-            "method is in the AAD"
-        );
+        assert_eq!(open(&sealer(), &blob, &e), Err(Rejected::Invalid), "method is in the AAD");
     }
 
     #[test]
     fn wrong_key_id_and_rotation() {
         let s = state();
         let blob = seal(&sealer(), &s);
-        let other = Sealer::new(vec![SealKey {
-            id: "k2".into(),
-            bytes: [7; 32],
-        }]);
+        let other = Sealer::new(vec![SealKey { id: "k2".into(), bytes: [7; 32] }]);
         assert_eq!(open(&other, &blob, &expect(&s)), Err(Rejected::Invalid));
         let rotated = Sealer::new(vec![
-            SealKey {
-                id: "k2".into(),
-                bytes: [9; 32],
-            },
-            SealKey {
-                id: "k1".into(),
-                bytes: [7; 32],
-            },
+            SealKey { id: "k2".into(), bytes: [9; 32] },
+            SealKey { id: "k1".into(), bytes: [7; 32] },
         ]);
         assert!(open(&rotated, &blob, &expect(&s)).is_ok());
     }

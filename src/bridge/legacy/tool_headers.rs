@@ -27,10 +27,8 @@ pub struct Cache {
 
 fn annotations(tools: &[Value], into: &mut HashMap<String, Vec<(String, String)>>) {
     for tool in tools {
-        let (Some(name), Some(schema)) = (
-            tool.get("name").and_then(Value::as_str),
-            tool.get("inputSchema"),
-        ) else {
+        let (Some(name), Some(schema)) = (tool.get("name").and_then(Value::as_str), tool.get("inputSchema"))
+        else {
             continue;
         };
         let ann = headers::param_headers(schema);
@@ -64,11 +62,7 @@ impl Cache {
         timeout: Duration,
     ) -> Result<(), Error> {
         let key = (session.key.route.clone(), caller.principal.clone());
-        let cached = self
-            .map
-            .get(&key)
-            .filter(|e| e.0.elapsed() < TTL)
-            .map(|e| e.1.clone());
+        let cached = self.map.get(&key).filter(|e| e.0.elapsed() < TTL).map(|e| e.1.clone());
         let tools = match cached {
             Some(t) => t,
             None => {
@@ -83,7 +77,7 @@ impl Cache {
         let Some(ann) = call.name.as_ref().and_then(|n| tools.get(n)) else {
             return Ok(());
         };
-        headers::check_param_headers(&caller.param_headers, ann, call.params.get("arguments"))
+        headers::check_param_headers(&caller.headers, ann, call.params.get("arguments"))
     }
 }
 
@@ -95,9 +89,7 @@ async fn fetch(session: &Session, timeout: Duration) -> Option<Annotations> {
             Some(c) => json!({"cursor": c}),
             None => json!({}),
         };
-        let result = call::simple_request(session, "tools/list", params, timeout)
-            .await
-            .ok()?;
+        let result = call::simple_request(session, "tools/list", params, timeout).await.ok()?;
         annotations(result.get("tools")?.as_array()?, &mut map);
         cursor = result.get("nextCursor").filter(|c| c.is_string()).cloned();
         if cursor.is_none() {

@@ -23,19 +23,13 @@ pub fn result(
     }
     if method.cacheable() {
         result.entry("ttlMs").or_insert_with(|| json!(route.ttl_ms));
-        result
-            .entry("cacheScope")
-            .or_insert_with(|| json!(route.cache_scope.as_str()));
+        result.entry("cacheScope").or_insert_with(|| json!(route.cache_scope.as_str()));
     }
     result
 }
 
 /// An `input_required` result: no cache fields, `serverInfo` as on every result.
-pub fn input_required(
-    init: &Value,
-    input_requests: Value,
-    request_state: String,
-) -> Map<String, Value> {
+pub fn input_required(init: &Value, input_requests: Value, request_state: String) -> Map<String, Value> {
     let mut out = Map::new();
     out.insert("resultType".into(), json!("input_required"));
     out.insert("inputRequests".into(), input_requests);
@@ -48,10 +42,7 @@ pub fn input_required(
 
 /// A legacy JSON-RPC error object as a gateway error (codes mapped).
 pub fn error(err: &Value) -> Error {
-    let upstream_code = err
-        .get("code")
-        .and_then(Value::as_i64)
-        .unwrap_or(code::INTERNAL_ERROR);
+    let upstream_code = err.get("code").and_then(Value::as_i64).unwrap_or(code::INTERNAL_ERROR);
     let code = match upstream_code {
         code::LEGACY_RESOURCE_NOT_FOUND => code::INVALID_PARAMS,
         // The spec reserves -32020..-32099; never pass an undefined one through.
@@ -60,27 +51,14 @@ pub fn error(err: &Value) -> Error {
         c if (-32099..=-32020).contains(&c) => code::INTERNAL_ERROR,
         c => c,
     };
-    let message = err
-        .get("message")
-        .and_then(Value::as_str)
-        .unwrap_or("Upstream error")
-        .chars()
-        .take(1024)
-        .collect();
-    Error::Upstream {
-        code,
-        message,
-        data: err.get("data").cloned(),
-    }
+    let message =
+        err.get("message").and_then(Value::as_str).unwrap_or("Upstream error").chars().take(1024).collect();
+    Error::Upstream { code, message, data: err.get("data").cloned() }
 }
 
 /// Server capabilities for `server/discover`: legacy-only entries removed.
 pub fn capabilities(init: &Value) -> Value {
-    let mut caps = init
-        .get("capabilities")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
+    let mut caps = init.get("capabilities").and_then(Value::as_object).cloned().unwrap_or_default();
     caps.remove("tasks");
     if let Some(Value::Object(exp)) = caps.get_mut("experimental") {
         exp.remove("tasks");
@@ -117,12 +95,8 @@ mod tests {
     #[test]
     fn results_gain_modern_fields() {
         let init = json!({"serverInfo": {"name": "up", "version": "1"}});
-        let r = result(
-            Method::ToolsList,
-            &route(),
-            &init,
-            serde_json::from_value(json!({"tools": []})).unwrap(),
-        );
+        let r =
+            result(Method::ToolsList, &route(), &init, serde_json::from_value(json!({"tools": []})).unwrap());
         assert_eq!(r["resultType"], "complete");
         assert_eq!(r["ttlMs"], 0);
         assert_eq!(r["cacheScope"], "private");

@@ -67,12 +67,7 @@ pub struct Transport {
 }
 
 impl Transport {
-    pub fn new(
-        upstream: Upstream,
-        max_response: usize,
-        metrics: Metrics,
-        route: String,
-    ) -> Transport {
+    pub fn new(upstream: Upstream, max_response: usize, metrics: Metrics, route: String) -> Transport {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_connect_timeout(Some(upstream.connect_timeout));
@@ -87,13 +82,7 @@ impl Transport {
             .pool_idle_timeout(Duration::from_secs(60))
             .pool_max_idle_per_host(256)
             .build(https);
-        Transport {
-            http,
-            upstream,
-            max_response,
-            metrics,
-            route,
-        }
+        Transport { http, upstream, max_response, metrics, route }
     }
 
     fn request(&self, method: Method, session: &SessionWire) -> http::request::Builder {
@@ -115,10 +104,7 @@ impl Transport {
     fn count(&self, status: &'static str) {
         self.metrics
             .upstream_requests
-            .get_or_create(&UpstreamLabels {
-                route: self.route.clone(),
-                status,
-            })
+            .get_or_create(&UpstreamLabels { route: self.route.clone(), status })
             .inc();
     }
 
@@ -149,28 +135,20 @@ impl Transport {
         session: &SessionWire,
         body: &Value,
     ) -> Result<(Reply, Option<String>), PostError> {
-        let bytes =
-            Bytes::from(serde_json::to_vec(body).map_err(|_| PostError::Invalid("encode"))?);
+        let bytes = Bytes::from(serde_json::to_vec(body).map_err(|_| PostError::Invalid("encode"))?);
         let req = self
             .request(Method::POST, session)
             .header(header::CONTENT_TYPE, "application/json")
             .body(Full::new(bytes))
             .map_err(|_| PostError::Invalid("request"))?;
         let resp = self.send(req).await?;
-        let session_id = resp
-            .headers()
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
+        let session_id =
+            resp.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_string);
         let reply = self.reply(resp, session).await?;
         Ok((reply, session_id))
     }
 
-    async fn reply(
-        &self,
-        resp: http::Response<Incoming>,
-        session: &SessionWire,
-    ) -> Result<Reply, PostError> {
+    async fn reply(&self, resp: http::Response<Incoming>, session: &SessionWire) -> Result<Reply, PostError> {
         let status = resp.status();
         if status == StatusCode::ACCEPTED {
             return Ok(Reply::Accepted);
@@ -219,20 +197,16 @@ impl Transport {
         session: &SessionWire,
         last_event_id: Option<&str>,
     ) -> Result<EventStream, PostError> {
-        let mut b = self
-            .request(Method::GET, session)
-            .header(header::ACCEPT, "text/event-stream");
+        let mut b = self.request(Method::GET, session).header(header::ACCEPT, "text/event-stream");
         if let Some(id) = last_event_id {
             b = b.header("last-event-id", id);
         }
-        let req = b
-            .body(Full::new(Bytes::new()))
-            .map_err(|_| PostError::Invalid("request"))?;
+        let req = b.body(Full::new(Bytes::new())).map_err(|_| PostError::Invalid("request"))?;
         let resp = self.send(req).await?;
         match resp.status() {
-            s if s.is_success() && content_type(&resp).starts_with("text/event-stream") => Ok(
-                EventStream::new(self.clone(), session.clone(), resp.into_body()),
-            ),
+            s if s.is_success() && content_type(&resp).starts_with("text/event-stream") => {
+                Ok(EventStream::new(self.clone(), session.clone(), resp.into_body()))
+            }
             StatusCode::NOT_FOUND => Err(PostError::SessionGone),
             s if s.is_success() => Err(PostError::Invalid("content type")),
             s => Err(PostError::Status(s.as_u16())),
@@ -244,10 +218,7 @@ impl Transport {
         if session.id.is_none() {
             return;
         }
-        if let Ok(req) = self
-            .request(Method::DELETE, session)
-            .body(Full::new(Bytes::new()))
-        {
+        if let Ok(req) = self.request(Method::DELETE, session).body(Full::new(Bytes::new())) {
             let _ = self.send(req).await;
         }
     }
@@ -256,20 +227,15 @@ impl Transport {
 fn rustls_config() -> rustls::ClientConfig {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("ring supports the default protocol versions")
-    .with_root_certificates(roots)
-    .with_no_client_auth()
+    rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default protocol versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth()
 }
 
 fn content_type(resp: &http::Response<Incoming>) -> &str {
-    resp.headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
+    resp.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("")
 }
 
 fn status_class(s: StatusCode) -> &'static str {
@@ -322,6 +288,11 @@ impl EventStream {
             resumes: 0,
             had_event_ids: false,
         }
+    }
+
+    /// The id of the last SSE event read, if the stream carries ids.
+    pub fn last_event_id(&self) -> Option<&str> {
+        self.last_event_id.as_deref()
     }
 
     /// The next message, or why there is none.

@@ -230,20 +230,14 @@ impl Upstream {
 
     /// Requests with this HTTP method.
     pub fn http(&self, method: Method) -> Vec<Seen> {
-        self.seen()
-            .into_iter()
-            .filter(|s| s.method == method)
-            .collect()
+        self.seen().into_iter().filter(|s| s.method == method).collect()
     }
 
     /// Waits (up to [`WAIT`]) for a request matching `pred`; panics with the log otherwise.
     pub async fn wait_for(&self, what: &str, pred: impl Fn(&Seen) -> bool + Sync) -> Seen {
         match self.shared.wait_for(&pred, WAIT).await {
             Some(s) => s,
-            None => panic!(
-                "the fake upstream never received {what}; it saw:\n{}",
-                self.dump()
-            ),
+            None => panic!("the fake upstream never received {what}; it saw:\n{}", self.dump()),
         }
     }
 
@@ -251,15 +245,7 @@ impl Upstream {
     pub fn dump(&self) -> String {
         self.seen()
             .iter()
-            .map(|s| {
-                format!(
-                    "  {} session={:?} status={} body={}",
-                    s.method,
-                    s.session(),
-                    s.status,
-                    s.body
-                )
-            })
+            .map(|s| format!("  {} session={:?} status={} body={}", s.method, s.session(), s.status, s.body))
             .collect::<Vec<_>>()
             .join("\n")
     }
@@ -294,11 +280,7 @@ impl Shared {
         self.changed.notify_waiters();
     }
 
-    async fn wait_for(
-        &self,
-        pred: &(dyn Fn(&Seen) -> bool + Sync),
-        within: Duration,
-    ) -> Option<Seen> {
+    async fn wait_for(&self, pred: &(dyn Fn(&Seen) -> bool + Sync), within: Duration) -> Option<Seen> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             let notified = self.changed.notified();
@@ -332,11 +314,7 @@ impl Shared {
             if !session.initialized {
                 return Err(400);
             }
-            if self
-                .script
-                .expire_after
-                .is_some_and(|n| session.served >= n)
-            {
+            if self.script.expire_after.is_some_and(|n| session.served >= n) {
                 sessions.remove(id);
                 return Err(404);
             }
@@ -357,9 +335,6 @@ impl Shared {
 
 impl Shared {
     fn remember_event(&self, id: &str, request: &Value) {
-        self.event_origin
-            .lock()
-            .unwrap()
-            .insert(id.to_string(), request.clone());
+        self.event_origin.lock().unwrap().insert(id.to_string(), request.clone());
     }
 }

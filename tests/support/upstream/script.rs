@@ -15,11 +15,7 @@ pub enum Answer {
     /// `200 text/event-stream`: the steps in order, then the stream ends.
     Sse(Vec<Step>),
     /// Any status, content type and body, as given.
-    Raw {
-        status: u16,
-        content_type: String,
-        body: String,
-    },
+    Raw { status: u16, content_type: String, body: String },
     /// A bare status with an empty body.
     Status(u16),
     /// The inner answer, after a pause (before any header is sent).
@@ -78,10 +74,7 @@ pub enum Msg {
 impl Step {
     /// Priming event with `retry: 20` so that resumption is quick.
     pub fn prime(id: &str) -> Step {
-        Step::Prime {
-            id: id.into(),
-            retry_ms: Some(20),
-        }
+        Step::Prime { id: id.into(), retry_ms: Some(20) }
     }
     pub fn result(result: Value) -> Step {
         Step::message(Msg::Result(result))
@@ -95,21 +88,14 @@ impl Step {
     }
     /// `notifications/message` at `level`.
     pub fn log(level: &str, text: &str) -> Step {
-        Step::notify(
-            "notifications/message",
-            json!({"level": level, "logger": "fake", "data": text}),
-        )
+        Step::notify("notifications/message", json!({"level": level, "logger": "fake", "data": text}))
     }
     pub fn notify(method: &str, params: Value) -> Step {
-        Step::message(Msg::Verbatim(
-            json!({"jsonrpc": "2.0", "method": method, "params": params}),
-        ))
+        Step::message(Msg::Verbatim(json!({"jsonrpc": "2.0", "method": method, "params": params})))
     }
     /// A server-initiated request (ping, elicitation/create, …) with id `id`.
     pub fn ask(id: Value, method: &str, params: Value) -> Step {
-        Step::message(Msg::Verbatim(
-            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
-        ))
+        Step::message(Msg::Verbatim(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})))
     }
     pub fn await_response(id: Value) -> Step {
         Step::AwaitResponse(id)
@@ -126,10 +112,7 @@ impl Step {
     /// Gives a message step an SSE event id.
     pub fn with_id(self, event_id: &str) -> Step {
         match self {
-            Step::Message { msg, .. } => Step::Message {
-                id: Some(event_id.into()),
-                msg,
-            },
+            Step::Message { msg, .. } => Step::Message { id: Some(event_id.into()), msg },
             other => panic!("only messages take an event id, not {other:?}"),
         }
     }

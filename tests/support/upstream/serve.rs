@@ -38,11 +38,7 @@ pub(super) async fn accept(listener: TcpListener, shared: Arc<Shared>) {
 
 async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     let (parts, body) = req.into_parts();
-    let bytes = body
-        .collect()
-        .await
-        .map(|c| c.to_bytes())
-        .unwrap_or_default();
+    let bytes = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
     let json: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     let resp = match parts.method {
         Method::POST => post(&shared, &parts, json).await,
@@ -57,10 +53,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
 }
 
 async fn post(shared: &Arc<Shared>, parts: &http::request::Parts, msg: Value) -> Response<Body> {
-    let method = msg
-        .get("method")
-        .and_then(Value::as_str)
-        .map(str::to_string);
+    let method = msg.get("method").and_then(Value::as_str).map(str::to_string);
     let is_request = method.is_some() && msg.get("id").is_some();
     if method.as_deref() == Some("initialize") {
         if let Some(h) = shared.script.handlers.get("initialize") {
@@ -93,10 +86,7 @@ async fn post(shared: &Arc<Shared>, parts: &http::request::Parts, msg: Value) ->
 
 fn initialize(shared: &Arc<Shared>, parts: &http::request::Parts, msg: &Value) -> Response<Body> {
     shared.record(parts, msg, 200);
-    let requested = msg
-        .pointer("/params/protocolVersion")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let requested = msg.pointer("/params/protocolVersion").and_then(Value::as_str).unwrap_or("");
     let version = if let Some(v) = &shared.script.version {
         v.as_str()
     } else if ["2025-11-25", "2025-06-18", "2025-03-26"].contains(&requested) {
@@ -110,26 +100,14 @@ fn initialize(shared: &Arc<Shared>, parts: &http::request::Parts, msg: &Value) -
         "serverInfo": shared.script.server_info,
     });
     let mut resp = if shared.script.sse_initialize {
-        sse(
-            shared.clone(),
-            msg.clone(),
-            vec![Step::prime("init-0"), Step::result(result)],
-        )
+        sse(shared.clone(), msg.clone(), vec![Step::prime("init-0"), Step::result(result)])
     } else {
         json_response(json!({"jsonrpc": "2.0", "id": msg["id"], "result": result}))
     };
     if shared.script.session_ids {
-        let id = format!(
-            "fake-session-{}",
-            shared.next_session.fetch_add(1, Ordering::SeqCst)
-        );
-        shared
-            .sessions
-            .lock()
-            .unwrap()
-            .insert(id.clone(), Session::default());
-        resp.headers_mut()
-            .insert("mcp-session-id", id.parse().unwrap());
+        let id = format!("fake-session-{}", shared.next_session.fetch_add(1, Ordering::SeqCst));
+        shared.sessions.lock().unwrap().insert(id.clone(), Session::default());
+        resp.headers_mut().insert("mcp-session-id", id.parse().unwrap());
     }
     resp
 }
@@ -139,10 +117,7 @@ fn get(shared: &Arc<Shared>, parts: &http::request::Parts) -> Response<Body> {
         shared.record(parts, &Value::Null, code);
         return status(code);
     }
-    let last = parts
-        .headers
-        .get("last-event-id")
-        .and_then(|v| v.to_str().ok());
+    let last = parts.headers.get("last-event-id").and_then(|v| v.to_str().ok());
     let script = match last {
         Some(last) => {
             let origin = shared.event_origin.lock().unwrap().get(last).cloned();
@@ -152,11 +127,7 @@ fn get(shared: &Arc<Shared>, parts: &http::request::Parts) -> Response<Body> {
                 Some((request, steps))
             })
         }
-        None => shared
-            .script
-            .get_stream
-            .clone()
-            .map(|steps| (Value::Null, steps)),
+        None => shared.script.get_stream.clone().map(|steps| (Value::Null, steps)),
     };
     let Some((request, steps)) = script else {
         shared.record(parts, &Value::Null, 405);
@@ -167,38 +138,24 @@ fn get(shared: &Arc<Shared>, parts: &http::request::Parts) -> Response<Body> {
 }
 
 fn delete(shared: &Arc<Shared>, parts: &http::request::Parts) -> Response<Body> {
-    let id = parts
-        .headers
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok());
+    let id = parts.headers.get("mcp-session-id").and_then(|v| v.to_str().ok());
     let known = id.is_some_and(|id| shared.sessions.lock().unwrap().remove(id).is_some());
     let code = if known { 200 } else { 404 };
     shared.record(parts, &Value::Null, code);
     status(code)
 }
 
-async fn respond(
-    shared: &Arc<Shared>,
-    request: &Value,
-    method: &str,
-    answer: Answer,
-) -> Response<Body> {
+async fn respond(shared: &Arc<Shared>, request: &Value, method: &str, answer: Answer) -> Response<Body> {
     let id = request["id"].clone();
     match answer {
         Answer::Result(r) => json_response(json!({"jsonrpc": "2.0", "id": id, "result": r})),
-        Answer::Error(code, message) => json_response(
-            json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}),
-        ),
+        Answer::Error(code, message) => {
+            json_response(json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}))
+        }
         Answer::Sse(steps) => sse(shared.clone(), request.clone(), steps),
-        Answer::Raw {
-            status: s,
-            content_type,
-            body,
-        } => Response::builder()
-            .status(s)
-            .header("content-type", content_type)
-            .body(full(body))
-            .unwrap(),
+        Answer::Raw { status: s, content_type, body } => {
+            Response::builder().status(s).header("content-type", content_type).body(full(body)).unwrap()
+        }
         Answer::Status(s) => status(s),
         Answer::Delayed(pause, inner) => {
             tokio::time::sleep(pause).await;
@@ -213,9 +170,8 @@ type Frames = mpsc::Sender<Result<Frame<Bytes>, std::io::Error>>;
 fn sse(shared: Arc<Shared>, request: Value, steps: Vec<Step>) -> Response<Body> {
     let (tx, rx) = mpsc::channel(16);
     tokio::spawn(run_steps(shared, request, steps, tx));
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    });
+    let stream =
+        futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
     Response::builder()
         .status(200)
         .header("content-type", "text/event-stream")
@@ -229,9 +185,7 @@ async fn run_steps(shared: Arc<Shared>, request: Value, steps: Vec<Step>, tx: Fr
         let text = match step {
             Step::Prime { id, retry_ms } => {
                 shared.remember_event(&id, &request);
-                let retry = retry_ms
-                    .map(|ms| format!("retry: {ms}\n"))
-                    .unwrap_or_default();
+                let retry = retry_ms.map(|ms| format!("retry: {ms}\n")).unwrap_or_default();
                 format!("id: {id}\n{retry}data:\n\n")
             }
             Step::Message { id, msg } => {
@@ -242,10 +196,7 @@ async fn run_steps(shared: Arc<Shared>, request: Value, steps: Vec<Step>, tx: Fr
                     }
                     None => String::new(),
                 };
-                format!(
-                    "{id_line}event: message\ndata: {}\n\n",
-                    render(&request, msg)
-                )
+                format!("{id_line}event: message\ndata: {}\n\n", render(&request, msg))
             }
             Step::Sleep(d) => {
                 tokio::time::sleep(d).await;
@@ -261,9 +212,7 @@ async fn run_steps(shared: Arc<Shared>, request: Value, steps: Vec<Step>, tx: Fr
                 return;
             }
             Step::Abort => {
-                let _ = tx
-                    .send(Err(std::io::Error::other("fake upstream broke the stream")))
-                    .await;
+                let _ = tx.send(Err(std::io::Error::other("fake upstream broke the stream"))).await;
                 return;
             }
         };
@@ -288,16 +237,11 @@ fn render(request: &Value, msg: Msg) -> Value {
 }
 
 fn full(body: impl Into<Bytes>) -> Body {
-    Full::new(body.into())
-        .map_err(|never| match never {})
-        .boxed()
+    Full::new(body.into()).map_err(|never| match never {}).boxed()
 }
 
 fn status(code: u16) -> Response<Body> {
-    Response::builder()
-        .status(StatusCode::from_u16(code).unwrap())
-        .body(full(Bytes::new()))
-        .unwrap()
+    Response::builder().status(StatusCode::from_u16(code).unwrap()).body(full(Bytes::new())).unwrap()
 }
 
 fn json_response(v: Value) -> Response<Body> {
