@@ -12,18 +12,11 @@ use sessionless::seal::Sealer;
 const STATE: &str = r#"{"r":"/mcp","sid":"3f2a9c1e8b7d4a6f9e0c2b1a5d4e3f2a","ver":"2025-11-25","own":"9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d","f":"0123456789abcdef0123456789abcdef","k":{"elicitation_1":7},"p":"b:00112233445566778899aabbccddeeff","m":"tools/call","n":"ask_user","a":"aabbccddeeff00112233445566778899","iat":1764460800000,"exp":1764461100000,"rd":1}"#;
 
 fn seal_open(c: &mut Criterion) {
-    let sealer = Sealer::new(vec![SealKey {
-        id: "k1".into(),
-        bytes: [7; 32],
-    }]);
+    let sealer = Sealer::new(vec![SealKey { id: "k1".into(), bytes: [7; 32] }]);
     let aad = b"requestState\0/mcp\0tools/call";
     let blob = sealer.seal(aad, STATE.as_bytes());
-    c.bench_function("seal", |b| {
-        b.iter(|| sealer.seal(black_box(aad), black_box(STATE.as_bytes())))
-    });
-    c.bench_function("open", |b| {
-        b.iter(|| sealer.open(black_box(aad), black_box(&blob)).unwrap())
-    });
+    c.bench_function("seal", |b| b.iter(|| sealer.seal(black_box(aad), black_box(STATE.as_bytes()))));
+    c.bench_function("open", |b| b.iter(|| sealer.open(black_box(aad), black_box(&blob)).unwrap()));
     c.bench_function("seal+open", |b| {
         b.iter(|| {
             let blob = sealer.seal(aad, STATE.as_bytes());
