@@ -96,6 +96,9 @@ async fn gateway(config: Config) -> anyhow::Result<()> {
         config.routes.iter().map(|r| format!("{} -> {}", r.path, r.upstream.url)).collect();
     let running = sessionless::run(config).await.context("cannot start the gateway")?;
     eprintln!("sessionless listening on http://{} ({})", running.addr, routes.join(", "));
+    if let Some(internal) = running.internal_addr {
+        eprintln!("sessionless internal listener (cluster) on {internal}");
+    }
     let token = running.shutdown_token();
     tokio::spawn(async move {
         signal().await;
