@@ -198,6 +198,11 @@ fn get(server: &Server, req: &Request<Incoming>) -> Response<DemoBody> {
             return plain(StatusCode::NOT_ACCEPTABLE, "GET needs Accept: text/event-stream");
         }
     }
+    // Events are not kept: a stream cannot be resumed, and saying so beats
+    // handing out a fresh standalone stream the client would wait on forever.
+    if req.headers().contains_key("last-event-id") {
+        return plain(StatusCode::NOT_FOUND, "this server keeps no events; streams cannot be resumed");
+    }
     let stop = session.open_get_stream();
     let (mut sink, body) = rpc::sse_channel(session.next_stream());
     drop(session);

@@ -250,7 +250,9 @@ impl Legacy {
             pending: BTreeMap::new(),
             round: st.rd,
             minted: st.k.len() as u32,
-            deadline: tokio::time::Instant::now() + cx.route.upstream.call_timeout,
+            // A server may take the resumption GET without replaying anything
+            // (event ids do not prove it keeps events): bound the wait.
+            deadline: tokio::time::Instant::now() + cx.route.upstream.response_timeout,
         };
         let done = flow.read_on(self, cx, reply).await;
         Ok(self.conclude(cx, Some(st.f.clone()), flow, done, reply).await)
