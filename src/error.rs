@@ -69,6 +69,9 @@ pub enum Error {
     UpstreamTooLarge,
     #[error("upstream stream broke after the call was sent")]
     OutcomeUnknown,
+    /// Another replica's internal listener refused a forwarded retry.
+    #[error("replica refused the forwarded retry")]
+    ReplicaRefused,
     #[error("gateway overloaded")]
     Overloaded,
     #[error("internal error: {0}")]
@@ -89,7 +92,7 @@ impl Error {
             | UpstreamInvalid(_)
             | UpstreamTooLarge
             | OutcomeUnknown => Source::Upstream,
-            Overloaded | Internal(_) => Source::Gateway,
+            Overloaded | Internal(_) | ReplicaRefused => Source::Gateway,
             _ => Source::Client,
         }
     }
@@ -123,6 +126,7 @@ impl Error {
             UpstreamTooLarge => "upstream_too_large",
             OutcomeUnknown => "outcome_unknown",
             Overloaded => "overloaded",
+            ReplicaRefused => "replica_refused",
             Internal(_) => "internal",
         }
     }
@@ -143,6 +147,7 @@ impl Error {
                 StatusCode::BAD_GATEWAY
             }
             UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+            ReplicaRefused => StatusCode::BAD_GATEWAY,
             Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -179,6 +184,11 @@ impl Error {
             | OutcomeUnknown => {
                 (code::INTERNAL_ERROR, upstream_message(self).into(), Some(json!({"reason": self.reason()})))
             }
+            ReplicaRefused => (
+                code::INTERNAL_ERROR,
+                "Another gateway replica refused the forwarded retry (cluster misconfiguration)".into(),
+                Some(json!({"reason": "replica_refused"})),
+            ),
             Overloaded => (
                 code::OVERLOADED,
                 "Gateway overloaded, retry later".into(),

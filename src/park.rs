@@ -17,13 +17,21 @@ struct Entry<T> {
 pub struct ParkingLot<T> {
     map: DashMap<String, Entry<T>>,
     len: AtomicUsize,
+    /// Set at shutdown: nothing parks any more.
+    closed: std::sync::atomic::AtomicBool,
     cap: usize,
     ttl: Duration,
 }
 
 impl<T> ParkingLot<T> {
     pub fn new(cap: usize, ttl: Duration) -> ParkingLot<T> {
-        ParkingLot { map: DashMap::new(), len: AtomicUsize::new(0), cap, ttl }
+        ParkingLot {
+            map: DashMap::new(),
+            len: AtomicUsize::new(0),
+            closed: std::sync::atomic::AtomicBool::new(false),
+            cap,
+            ttl,
+        }
     }
 
     pub fn ttl(&self) -> Duration {
@@ -31,7 +39,12 @@ impl<T> ParkingLot<T> {
     }
 
     pub fn is_full(&self) -> bool {
-        self.len.load(Ordering::Acquire) >= self.cap
+        self.len.load(Ordering::Acquire) >= self.cap || self.closed.load(Ordering::Acquire)
+    }
+
+    /// Refuses every later `park` (shutdown: what is left gets declined).
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
     }
 
     pub fn len(&self) -> usize {
@@ -49,6 +62,9 @@ impl<T> ParkingLot<T> {
 
     /// Parks `value` until `expires` (a flow put back keeps its first expiry).
     pub fn park_until(&self, id: String, value: T, expires: Instant) -> Result<Instant, T> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(value);
+        }
         // Reserve a place first so that concurrent parkers cannot overshoot the cap.
         if self.len.fetch_add(1, Ordering::AcqRel) >= self.cap {
             self.len.fetch_sub(1, Ordering::AcqRel);
@@ -104,6 +120,8 @@ mod tests {
         assert!(lot.take("a").is_none(), "single use");
         assert!(lot.park("c".into(), 3).is_ok());
         assert!(lot.expired().is_empty());
+        lot.close();
+        assert_eq!(lot.park("d".into(), 4), Err(4), "closed at shutdown");
         tokio::time::advance(Duration::from_secs(61)).await;
         let mut gone = lot.expired();
         gone.sort();

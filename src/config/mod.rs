@@ -357,6 +357,16 @@ fn cluster(c: &raw::RawCluster, text: &str, keys: &[raw::RawKey]) -> Result<Clus
         .clone()
         .or_else(|| env("SESSIONLESS_ADVERTISE_ADDR"))
         .unwrap_or_else(|| c.internal_listen.clone());
+    let reachable = advertise
+        .parse::<SocketAddr>()
+        .map(|a| a.port() != 0 && !a.ip().is_unspecified())
+        .unwrap_or_else(|_| !advertise.ends_with(":0") && advertise.contains(':'));
+    if !reachable {
+        return Err(ConfigError(format!(
+            "{where_}cluster advertise address `{advertise}` is not one other replicas can reach: \
+             set cluster.advertise or $SESSIONLESS_ADVERTISE_ADDR (host:port, not 0.0.0.0, not port 0)"
+        )));
+    }
     let secret = match (&c.secret_env, &c.secret_file) {
         (Some(var), None) => std::env::var(var).map_err(|_| {
             ConfigError(format!("{where_}cluster secret: environment variable {var} is not set"))

@@ -67,6 +67,7 @@ fn the_shipped_examples_are_valid() {
     std::env::set_var("SESSIONLESS_KEY_2026_11", "A".repeat(43));
     std::env::set_var("SESSIONLESS_CLUSTER_SECRET", "an example secret of enough bytes");
     std::env::set_var("SESSIONLESS_INSTANCE_ID", "example");
+    std::env::set_var("SESSIONLESS_ADVERTISE_ADDR", "10.0.0.5:8081");
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
     let mut n = 0;
     for entry in std::fs::read_dir(dir).unwrap() {

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod client;
+pub mod cluster;
 pub mod upstream;
 
 use std::time::Duration;

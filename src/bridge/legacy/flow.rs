@@ -149,6 +149,7 @@ impl Legacy {
 
     /// The flow is parked in this process: deliver the answers and read on.
     async fn resume_here(&self, cx: Ctx<'_>, st: state::FlowState, reply: &mut Reply) -> Result<Done, Error> {
+        let _busy = Resuming::new(&self.resuming);
         let Some((mut flow, expires)) = self.parked.take(&st.f) else {
             return Err(self.rejected(cx, state::Rejected::FlowGone));
         };
@@ -183,23 +184,24 @@ impl Legacy {
         reply: &mut Reply,
     ) -> Result<Done, Error> {
         if let (Some(owner), Some(cluster), false) = (&st.oa, &self.cluster, cx.caller.forwarded) {
-            let forwarded = cluster
-                .forward(
-                    owner,
-                    &cx.route.path,
-                    &cx.caller.principal,
-                    &cx.caller.headers,
-                    cx.caller.body.clone(),
-                )
-                .await;
+            let forward = cluster.forward(
+                owner,
+                &cx.route.path,
+                &cx.caller.principal,
+                &cx.caller.headers,
+                cx.caller.body.clone(),
+            );
+            let forwarded = tokio::select! {
+                forwarded = forward => forwarded,
+                // Dropping the forwarded request tells the owner its client left.
+                _ = reply.closed() => return Ok(Done::Cancelled),
+            };
             match forwarded {
                 Ok(response) => return Ok(Done::Relay(response)),
                 Err(ForwardError::OwnerGone) => {
                     tracing::info!(owner = %owner, "owner replica unreachable; resuming the upstream stream here");
                 }
-                Err(ForwardError::Refused) => {
-                    return Err(Error::UpstreamInvalid("owner replica refused the retry"))
-                }
+                Err(ForwardError::Refused) => return Err(Error::ReplicaRefused),
                 Err(ForwardError::Broken) => return Err(Error::OutcomeUnknown),
             }
         }
@@ -218,6 +220,7 @@ impl Legacy {
         let (Some(last_event), Some(upstream_id)) = (&st.ev, st.uid) else {
             return Err(self.rejected(cx, state::Rejected::FlowLost));
         };
+        let _busy = Resuming::new(&self.resuming);
         let answers = mrtr::answers_by_key(st.k.keys(), &cx.call.params)?;
         if answers.len() != st.k.len() {
             // The questions themselves were held by the owner: they cannot be asked again.
@@ -225,6 +228,11 @@ impl Legacy {
         }
         let transport = &self.transports[&cx.route.path];
         let wire = SessionWire { id: st.sid.clone(), version: st.ver.clone() };
+        // Answers first, then the resumption: a server that keeps events (the
+        // TypeScript SDK's event store) stores what the call sends after the
+        // answer and replays it on the GET; resuming first loses those events
+        // there. The cost: a server that sends event ids but keeps no events
+        // has the answers when the client is told to start again.
         for (key, result) in &answers {
             let response = json!({"jsonrpc": "2.0", "id": st.k[key], "result": result});
             if transport.post(&wire, &response).await.is_err() {
@@ -479,9 +487,26 @@ impl Legacy {
                 tokio::spawn(flow.abandon(self.metrics.clone()));
             }
         }
+        self.parked.close();
         let left = self.parked.drain();
         self.count_parked();
         futures_util::future::join_all(left.into_iter().map(|f| f.abandon(self.metrics.clone()))).await;
+    }
+}
+
+/// Counts a flow being resumed (out of the parking lot) for as long as it lives.
+struct Resuming<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> Resuming<'a> {
+    fn new(count: &'a std::sync::atomic::AtomicUsize) -> Resuming<'a> {
+        count.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Resuming(count)
+    }
+}
+
+impl Drop for Resuming<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 

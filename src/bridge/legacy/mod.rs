@@ -91,6 +91,8 @@ pub struct Legacy {
     instance: String,
     /// Cluster mode: how to reach the replica that owns a flow.
     cluster: Option<crate::cluster::Forwarder>,
+    /// Flows taken out of the parking lot by a retry still being served.
+    resuming: std::sync::atomic::AtomicUsize,
 }
 
 /// Maps a transport failure to the client-facing error. `sent`: the request
@@ -141,10 +143,11 @@ impl Legacy {
             parked: ParkingLot::new(config.limits.max_parked_flows, config.limits.parked_flow_ttl),
             instance: config.cluster.as_ref().map(|c| c.instance_id.clone()).unwrap_or_else(random_id),
             cluster: config.cluster.as_ref().map(|c| {
-                let timeout =
-                    config.routes.iter().map(|r| r.upstream.response_timeout).max().unwrap_or_default();
+                // A forwarded retry may take as long as a direct one.
+                let timeout = config.routes.iter().map(|r| r.upstream.call_timeout).max().unwrap_or_default();
                 crate::cluster::Forwarder::new(c, timeout)
             }),
+            resuming: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -152,9 +155,10 @@ impl Legacy {
         &self.pool
     }
 
-    /// Calls paused on a question in this replica.
+    /// Calls paused on a question in this replica, or being resumed here
+    /// (taken out of the parking lot for a retry that may park them again).
     pub fn parked_flows(&self) -> usize {
-        self.parked.len()
+        self.parked.len() + self.resuming.load(std::sync::atomic::Ordering::Acquire)
     }
 
     fn key(route: &Route, call: &Call, caller: &Caller) -> PoolKey {

