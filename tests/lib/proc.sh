@@ -1,0 +1,35 @@
+# Shared by the test scripts that start real peers on loopback (interop, cluster).
+# The sourcing script sets LOGDIR and PIDS=() and kills "${PIDS[@]}" in its EXIT trap.
+
+# start NAME CMD... : runs CMD in its own process group, output appended to $LOGDIR/NAME.log
+start() {
+  local name="$1"; shift
+  setsid "$@" >> "$LOGDIR/$name.log" 2>&1 < /dev/null &
+  PIDS+=("$!")
+  LAST_PID=$!
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# wait_http NAME PID URL SECONDS [STATUS]: until URL answers (any HTTP status, or exactly STATUS).
+# On failure WAIT_REASON says why and the tail of NAME's log goes to stderr.
+wait_http() {
+  local name="$1" pid="$2" url="$3" secs="$4" want="${5:-}" code=000 st
+  local deadline=$((SECONDS + secs))
+  WAIT_REASON=""
+  while (( SECONDS < deadline )); do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      st=0; wait "$pid" 2>/dev/null || st=$?
+      WAIT_REASON="process exited with status $st before $url answered${want:+ $want}"
+      break
+    fi
+    code=$(curl -s -o /dev/null -m 2 -w '%{http_code}' "$url" || true)
+    if [[ -n "$want" && "$code" == "$want" ]] || [[ -z "$want" && "$code" != "000" ]]; then return 0; fi
+    sleep 0.1
+  done
+  [[ -n "$WAIT_REASON" ]] || WAIT_REASON="$url did not answer${want:+ $want} within ${secs}s (last status $code)"
+  { echo "--- $name log (tail) ---"; tail -n 30 "$LOGDIR/$name.log" || true; echo "---"; } >&2
+  return 1
+}
