@@ -207,11 +207,12 @@ impl Gateway {
         let gateway = self.clone();
         // The call runs in its own task so that a client going away is noticed
         // (and the upstream told to cancel) instead of the work being dropped.
-        tokio::spawn(async move {
+        // Boxed: the call's future is large, and a parked call keeps it alive.
+        tokio::spawn(Box::pin(async move {
             let outcome = gateway.legacy.serve(route.clone(), call, caller, reply).await;
             gateway.count(&route, method, outcome, started);
             drop(permit);
-        });
+        }));
         match answer.await {
             Ok(resp) => resp,
             Err(_) => reply::json_response(

@@ -71,6 +71,7 @@ cleanup() {
     [ -n "$pid" ] || continue
     for _ in $(seq 1 25); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
     kill -9 "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
   done
 }
 trap cleanup EXIT

@@ -27,8 +27,10 @@ pub enum Done {
     Relay(http::Response<crate::reply::Body>),
 }
 
-/// How long to wait for sibling questions after the first one, so that
-/// questions asked together go to the client in one round.
+/// Questions asked together go to the client in one round: after a question,
+/// the next one joins the round if it arrives within `SIBLING_GAP`, up to
+/// `SIBLING_WAIT` after the first (concurrent questions arrive back to back).
+const SIBLING_GAP: Duration = Duration::from_millis(5);
 const SIBLING_WAIT: Duration = Duration::from_millis(30);
 
 /// Everything the read loop needs about the call in flight.
@@ -99,7 +101,7 @@ pub async fn read_answer(
 ) -> (Done, Option<Streams>) {
     match answer {
         UpReply::Json(msg) => {
-            let done = json_answer(&msg, flight.upstream_id)
+            let done = json_answer(msg, flight.upstream_id)
                 .unwrap_or(Done::Failed(Error::UpstreamInvalid("unexpected JSON answer")));
             (done, None)
         }
@@ -113,10 +115,19 @@ pub async fn read_answer(
 }
 
 /// A whole-JSON answer: one message, or a 2025-03-26 batch holding the response.
-fn json_answer(msg: &Value, id: u64) -> Option<Done> {
+fn json_answer(msg: Value, id: u64) -> Option<Done> {
     match msg {
         Value::Array(batch) => batch.iter().find_map(|m| response_of(m, id)),
-        m => response_of(m, id),
+        // The common case: our result, moved out rather than copied.
+        Value::Object(mut m)
+            if m.get("id").and_then(Value::as_u64) == Some(id) && !m.contains_key("error") =>
+        {
+            match m.remove("result") {
+                Some(Value::Object(r)) => Some(Done::Result(r)),
+                _ => Some(Done::Failed(Error::UpstreamInvalid("response without result"))),
+            }
+        }
+        m => response_of(&m, id),
     }
 }
 
@@ -231,12 +242,14 @@ async fn gather_siblings(
     first: Value,
 ) -> Done {
     let mut questions = vec![first];
-    let until = Instant::now() + SIBLING_WAIT;
+    let cap = Instant::now() + SIBLING_WAIT;
+    let mut until = (Instant::now() + SIBLING_GAP).min(cap);
     loop {
         let msg = tokio::select! {
             msg = stream.next() => msg,
             _ = tokio::time::sleep_until(until) => return Done::Input(questions),
         };
+        until = (Instant::now() + SIBLING_GAP).min(cap);
         let msg = match msg {
             Ok(msg) => msg,
             // The call is gone with its stream: nothing to park, no answer to deliver.
@@ -361,7 +374,7 @@ pub async fn simple_request(
             .await
             .map_err(|e| super::map_post_error(e, true))?;
         let done = match answer {
-            UpReply::Json(msg) => json_answer(&msg, id),
+            UpReply::Json(msg) => json_answer(msg, id),
             UpReply::Accepted => None,
             UpReply::Stream(mut stream) => loop {
                 let msg = stream.next().await.map_err(|_| Error::OutcomeUnknown)?;

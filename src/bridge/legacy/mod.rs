@@ -186,7 +186,12 @@ impl Legacy {
         };
         let (status, body, outcome) = match done {
             Done::Result(result) => {
-                (StatusCode::OK, json!({"jsonrpc": "2.0", "id": call.id, "result": result}), "ok")
+                // Built by hand: `json!` would deep-copy the result.
+                let mut msg = serde_json::Map::new();
+                msg.insert("jsonrpc".into(), Value::from("2.0"));
+                msg.insert("id".into(), call.id.clone());
+                msg.insert("result".into(), Value::Object(result));
+                (StatusCode::OK, Value::Object(msg), "ok")
             }
             Done::Failed(err) => {
                 (err.status(), error_body(Some(&call.id), &err, SUPPORTED_VERSIONS), err.reason())

@@ -1,0 +1,317 @@
+#!/usr/bin/env bash
+# One-command benchmark of sessionless on loopback: throughput and latency of
+# tools/call `echo` direct to the built-in legacy server, through nginx (plain
+# reverse proxy) and through sessionless at concurrency 1, 8, 32; one MRTR
+# round trip beside `echo`; gateway memory per parked flow and per pooled
+# session; the criterion microbenchmarks. Prints a table and writes it, with
+# the raw JSON lines and the logs, to bench/out/<timestamp>/ (and
+# bench/out/latest.md). Every process it starts is stopped on exit.
+#
+#   bench/run.sh                       # everything, about 5-6 minutes after the build
+#   BENCH_REPS=5 BENCH_DURATION=10 bench/run.sh
+#
+# Knobs (environment): BENCH_REPS (5) repetitions of every load cell,
+# BENCH_DURATION (3) measured seconds per cell, BENCH_WARMUP (1),
+# BENCH_PARKED (10000) flows to park, BENCH_PRINCIPALS (1000) pooled sessions
+# to open, BENCH_LOADGEN_THREADS (1), BENCH_SKIP_BUILD=1, BENCH_SKIP_CRITERION=1,
+# CARGO_TARGET_DIR (default: target/). Needs: cargo, curl, nginx (installed
+# with apt-get when missing and running as root).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+REPS=${BENCH_REPS:-5}
+DURATION=${BENCH_DURATION:-3}
+WARMUP=${BENCH_WARMUP:-1}
+PARKED=${BENCH_PARKED:-10000}
+PRINCIPALS=${BENCH_PRINCIPALS:-1000}
+THREADS=${BENCH_LOADGEN_THREADS:-1}
+CONCURRENCY=(1 8 32)
+
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+OUT=$ROOT/bench/out/$STAMP
+mkdir -p "$OUT"
+RESULTS=$OUT/results.jsonl
+: >"$RESULTS"
+
+log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# --- every process we start is stopped on exit, whatever happens ----------
+PIDS=()
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do
+        kill -TERM "$pid" 2>/dev/null || true
+    done
+    for pid in "${PIDS[@]}"; do
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    PIDS=()
+}
+trap cleanup EXIT
+trap 'log "interrupted"; exit 130' INT TERM
+
+stop() { # stop one process we started, by pid
+    local pid=$1 rest=()
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    for p in "${PIDS[@]}"; do [[ $p == "$pid" ]] || rest+=("$p"); done
+    PIDS=("${rest[@]}")
+}
+
+# --- prerequisites ---------------------------------------------------------
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+if [[ $(ulimit -n) != unlimited && $(ulimit -n) -lt $((PARKED + 1000)) ]]; then
+    log "warning: ulimit -n is $(ulimit -n); parking $PARKED flows needs about $((PARKED + 1000))"
+fi
+if ! command -v nginx >/dev/null && [[ -x /usr/sbin/nginx ]]; then PATH=$PATH:/usr/sbin; fi
+if ! command -v nginx >/dev/null; then
+    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+        log "installing nginx (Debian package)"
+        apt-get update -qq >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null
+        PATH=$PATH:/usr/sbin
+    else
+        echo "nginx is missing: apt-get install nginx" >&2
+        exit 1
+    fi
+fi
+command -v curl >/dev/null || { echo "curl is missing" >&2; exit 1; }
+
+if [[ ${BENCH_SKIP_BUILD:-0} != 1 ]]; then
+    log "building (release) into $TARGET_DIR"
+    (cd "$ROOT" && CARGO_TARGET_DIR=$TARGET_DIR cargo build --release --bins --example loadgen)
+    if [[ ${BENCH_SKIP_CRITERION:-0} != 1 ]]; then
+        (cd "$ROOT" && CARGO_TARGET_DIR=$TARGET_DIR cargo bench --bench hot_paths --no-run)
+    fi
+fi
+BIN=$TARGET_DIR/release/sessionless
+LOADGEN=$TARGET_DIR/release/examples/loadgen
+[[ -x $BIN && -x $LOADGEN ]] || { echo "missing $BIN or $LOADGEN (build first)" >&2; exit 1; }
+
+{
+    echo "nproc: $(nproc)"
+    echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+    echo "kernel: $(uname -r)"
+    echo "rustc: $(rustc --version)"
+    echo "nginx: $(nginx -v 2>&1 | sed 's/.*: //')"
+    if [[ -n ${BENCH_COMMIT:-} ]]; then
+        echo "commit: $BENCH_COMMIT"
+    else
+        echo "commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet HEAD -- src Cargo.toml 2>/dev/null || echo ' (src modified)')"
+    fi
+    echo "knobs: reps=$REPS duration=${DURATION}s warmup=${WARMUP}s parked=$PARKED principals=$PRINCIPALS loadgen_threads=$THREADS"
+} >"$OUT/machine.txt"
+
+# --- servers ---------------------------------------------------------------
+# Waits for "PREFIX http://127.0.0.1:PORT" in a log; prints PORT.
+port_from_log() {
+    local file=$1 pattern=$2
+    for _ in $(seq 100); do
+        if grep -qE "$pattern" "$file" 2>/dev/null; then
+            grep -oE "$pattern" "$file" | head -1 | grep -oE '[0-9]+$'
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "no port in $file:" >&2
+    cat "$file" >&2
+    return 1
+}
+
+start_upstream() {
+    "$BIN" demo-upstream --listen 127.0.0.1:0 2>"$OUT/upstream.log" &
+    PIDS+=($!)
+    UPSTREAM_PID=$!
+    UPSTREAM_PORT=$(port_from_log "$OUT/upstream.log" 'on http://127\.0\.0\.1:[0-9]+')
+}
+
+GATEWAY_CONF=$OUT/gateway.toml
+write_gateway_conf() {
+    cat >"$GATEWAY_CONF" <<EOF
+[server]
+listen = "127.0.0.1:0"
+
+[[upstreams]]
+name = "demo"
+url = "http://127.0.0.1:$UPSTREAM_PORT/mcp"
+
+[[routes]]
+path = "/mcp"
+upstream = "demo"
+
+[pool]
+max_sessions = $((PRINCIPALS + 4000))
+
+[limits]
+max_parked_flows = $((PARKED + 10000))
+EOF
+}
+
+start_gateway() { # $1: log name
+    "$BIN" --config "$GATEWAY_CONF" 2>"$OUT/$1.log" &
+    PIDS+=($!)
+    GATEWAY_PID=$!
+    GATEWAY_PORT=$(port_from_log "$OUT/$1.log" 'listening on http://127\.0\.0\.1:[0-9]+')
+}
+
+start_nginx() {
+    local dir=$OUT/nginx
+    mkdir -p "$dir"
+    NGINX_PORT=$("$LOADGEN" free-port)
+    sed -e "s|@PREFIX@|$dir|g" -e "s|@LISTEN@|127.0.0.1:$NGINX_PORT|g" \
+        -e "s|@UPSTREAM@|127.0.0.1:$UPSTREAM_PORT|g" "$ROOT/bench/nginx.conf" >"$dir/nginx.conf"
+    nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" 2>>"$dir/error.log" &
+    PIDS+=($!)
+    NGINX_PID=$!
+    for _ in $(seq 100); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$NGINX_PORT") 2>/dev/null && return 0
+        kill -0 "$NGINX_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    echo "nginx did not start:" >&2
+    cat "$dir/error.log" >&2
+    return 1
+}
+
+rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+CLK_TCK=$(getconf CLK_TCK)
+cpu_ticks() { # user+system ticks of these processes (all their threads)
+    local t=0 p
+    for p in "$@"; do
+        [[ -r /proc/$p/stat ]] && t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+    done
+    echo "$t"
+}
+nginx_pids() { echo "$NGINX_PID $(cat "/proc/$NGINX_PID/task/$NGINX_PID/children" 2>/dev/null)"; }
+metric() { # $1 port, $2 metric name prefix → first value
+    curl -s "http://127.0.0.1:$1/metrics" | awk -v m="$2" 'index($0, m) == 1 {print $NF; exit}'
+}
+
+# Runs the load generator with a time bound; appends its JSON line to the
+# results, with the CPU time the proxy under test (PROXY_PIDS) and the upstream
+# spent per request (warm-up included on both sides of the division).
+PROXY_PIDS=""
+load() { # mode addr label rep concurrency [extra args…]
+    local mode=$1 addr=$2 label=$3 rep=$4 c=$5
+    shift 5
+    local line p0 u0 p1 u1 all
+    p0=$(cpu_ticks $PROXY_PIDS)
+    u0=$(cpu_ticks "$UPSTREAM_PID")
+    line=$(timeout $((DURATION + WARMUP + 120)) "$LOADGEN" "$mode" --addr "$addr" -c "$c" \
+        -d "$DURATION" --warmup "$WARMUP" --threads "$THREADS" --label "$label" --rep "$rep" "$@") || {
+        log "loadgen $mode $label c=$c failed"
+        line="{\"kind\":\"load\",\"label\":\"$label\",\"rep\":$rep,\"mode\":\"$mode\",\"concurrency\":$c,\"requests\":0,\"errors\":1,\"rps\":0,\"first_error\":\"loadgen failed\"}"
+    }
+    p1=$(cpu_ticks $PROXY_PIDS)
+    u1=$(cpu_ticks "$UPSTREAM_PID")
+    all=$(field "$line" all_requests)
+    if [[ ${all:-0} -gt 0 ]]; then
+        line="${line%\}},\"proxy_cpu_us\":$(((p1 - p0) * 1000000 / CLK_TCK / all)).$(((p1 - p0) * 10000000 / CLK_TCK / all % 10)),\"upstream_cpu_us\":$(((u1 - u0) * 1000000 / CLK_TCK / all)).$(((u1 - u0) * 10000000 / CLK_TCK / all % 10))}"
+    fi
+    echo "$line" >>"$RESULTS"
+    echo "$line"
+}
+field() { grep -oE "\"$2\":[0-9.]+" <<<"$1" | head -1 | cut -d: -f2; }
+
+# --- 1. throughput and latency --------------------------------------------
+start_upstream
+write_gateway_conf
+start_gateway gateway
+start_nginx
+log "upstream :$UPSTREAM_PORT, sessionless :$GATEWAY_PORT, nginx :$NGINX_PORT (workers: auto = $(nproc))"
+
+for rep in $(seq "$REPS"); do
+    for c in "${CONCURRENCY[@]}"; do
+        # Rotate the order so that no target always runs first or last.
+        order=(direct nginx sessionless)
+        shift_by=$(((rep - 1) % 3))
+        order=("${order[@]:$shift_by}" "${order[@]:0:$shift_by}")
+        for t in "${order[@]}"; do
+            case $t in
+            direct) PROXY_PIDS="" line=$(load legacy "127.0.0.1:$UPSTREAM_PORT" direct "$rep" "$c") ;;
+            nginx) PROXY_PIDS=$(nginx_pids) line=$(load legacy "127.0.0.1:$NGINX_PORT" nginx "$rep" "$c") ;;
+            sessionless) PROXY_PIDS=$GATEWAY_PID line=$(load modern "127.0.0.1:$GATEWAY_PORT" sessionless "$rep" "$c") ;;
+            esac
+            log "rep $rep c=$c $t: $(field "$line" rps) req/s, p50 $(field "$line" p50_us) µs, p99 $(field "$line" p99_us) µs, errors $(field "$line" errors), proxy CPU $(field "$line" proxy_cpu_us) µs/req"
+        done
+    done
+done
+
+# --- 2. MRTR round trip beside echo ----------------------------------------
+PROXY_PIDS=$GATEWAY_PID
+for rep in $(seq "$REPS"); do
+    line=$(load modern "127.0.0.1:$GATEWAY_PORT" mrtr-echo "$rep" 1)
+    log "rep $rep echo c=1: p50 $(field "$line" p50_us) µs"
+    line=$(load mrtr "127.0.0.1:$GATEWAY_PORT" mrtr "$rep" 1)
+    log "rep $rep MRTR round trip c=1: p50 $(field "$line" p50_us) µs (question $(field "$line" question_p50_us), retry $(field "$line" retry_p50_us)), errors $(field "$line" errors)"
+done
+stop "$NGINX_PID"
+stop "$GATEWAY_PID"
+
+# --- 3. memory per parked flow (fresh gateway) ------------------------------
+start_gateway gateway-parked
+GW=127.0.0.1:$GATEWAY_PORT
+# Warm up the paths a parked flow uses, then take the baseline.
+timeout 60 "$LOADGEN" mrtr --addr "$GW" -c 4 -d 1 --warmup 0 >/dev/null
+timeout 60 "$LOADGEN" modern --addr "$GW" -c 4 -d 1 --warmup 0 >/dev/null
+sleep 1
+before=$(rss_kb "$GATEWAY_PID")
+line=$(timeout 300 "$LOADGEN" park --addr "$GW" -c 64 --count "$PARKED" --label park) || line='{}'
+echo "$line" >>"$OUT/park.json"
+sleep 2
+after=$(rss_kb "$GATEWAY_PID")
+parked=$(metric "$GATEWAY_PORT" sessionless_parked_flows_open)
+parked=${parked:-$(field "$line" requests)}
+log "parked flows: ${parked:-0} (errors $(field "$line" errors)), VmRSS $before → $after KiB"
+echo "{\"kind\":\"mem\",\"what\":\"parked flows\",\"count\":${parked:-0},\"before_kb\":$before,\"after_kb\":$after}" >>"$RESULTS"
+stop "$GATEWAY_PID"
+# The upstream still holds the declined/abandoned questions' jobs: start afresh.
+stop "$UPSTREAM_PID"
+start_upstream
+write_gateway_conf
+
+# --- 4. memory per pooled upstream session (fresh gateway) ------------------
+start_gateway gateway-sessions
+GW=127.0.0.1:$GATEWAY_PORT
+timeout 60 "$LOADGEN" modern --addr "$GW" -c 4 -d 1 --warmup 0 >/dev/null
+timeout 60 "$LOADGEN" principals --addr "$GW" -c 4 --count 50 --offset 1000000 >/dev/null
+sleep 1
+before=$(rss_kb "$GATEWAY_PID")
+open_before=$(metric "$GATEWAY_PORT" 'sessionless_upstream_sessions_open{')
+line=$(timeout 300 "$LOADGEN" principals --addr "$GW" -c 16 --count "$PRINCIPALS" --label principals) || line='{}'
+echo "$line" >>"$OUT/principals.json"
+sleep 2
+after=$(rss_kb "$GATEWAY_PID")
+open_after=$(metric "$GATEWAY_PORT" 'sessionless_upstream_sessions_open{')
+sessions=$(( ${open_after:-0} - ${open_before:-0} ))
+log "pooled sessions: +$sessions (errors $(field "$line" errors)), VmRSS $before → $after KiB"
+echo "{\"kind\":\"mem\",\"what\":\"pooled sessions (one principal each)\",\"count\":$sessions,\"before_kb\":$before,\"after_kb\":$after}" >>"$RESULTS"
+cleanup
+
+# --- 5. criterion microbenchmarks (quiet machine) ---------------------------
+CRIT_ARGS=()
+if [[ ${BENCH_SKIP_CRITERION:-0} != 1 ]]; then
+    log "criterion: cargo bench --bench hot_paths"
+    rm -rf "$TARGET_DIR/criterion"
+    (cd "$ROOT" && CARGO_TARGET_DIR=$TARGET_DIR timeout 300 cargo bench --bench hot_paths -- \
+        --warm-up-time 1 --measurement-time 3) >"$OUT/criterion.log" 2>&1 ||
+        log "criterion failed (see $OUT/criterion.log)"
+    CRIT_ARGS=(--criterion "$TARGET_DIR/criterion")
+fi
+
+# --- report ------------------------------------------------------------------
+{
+    echo "## sessionless benchmark $STAMP"
+    echo
+    sed 's/^/    /' "$OUT/machine.txt"
+    echo
+    "$LOADGEN" report --results "$RESULTS" "${CRIT_ARGS[@]}"
+} >"$OUT/report.md"
+cp "$OUT/report.md" "$ROOT/bench/out/latest.md"
+cat "$OUT/report.md"
+log "written: $OUT/report.md (raw: $RESULTS)"

@@ -1,0 +1,748 @@
+//! Load generator for `bench/run.sh`: one HTTP/1.1 keep-alive connection per
+//! worker, closed-loop (a worker sends its next request when the previous one
+//! answered), latencies recorded per request. The same code drives every
+//! target: a legacy MCP server directly, nginx in front of it, and sessionless.
+//!
+//! ```text
+//! loadgen legacy     --addr HOST:PORT [-c N] [-d SECS] [--warmup SECS]   tools/call echo on a legacy session opened first
+//! loadgen modern     --addr HOST:PORT [-c N] [-d SECS] [--warmup SECS]   stateless 2026-07-28 tools/call echo
+//! loadgen mrtr       --addr HOST:PORT [-c N] [-d SECS] [--warmup SECS]   ask_user → input_required → retry; one sample = both
+//! loadgen park       --addr HOST:PORT --count N [-c N]                   N ask_user calls left parked (never retried)
+//! loadgen principals --addr HOST:PORT --count N [-c N] [--offset K]      N echo calls, each with its own bearer token
+//! loadgen free-port                                                      prints a free 127.0.0.1 TCP port
+//! loadgen report     --results FILE.jsonl [--criterion DIR]              the markdown table of a run
+//! ```
+//!
+//! Every load mode prints one JSON line (requests, errors, rps, p50/p99 in µs)
+//! with `--label` and `--rep` echoed, for `report` to aggregate.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper::{Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use tokio::net::TcpStream;
+
+const MODERN: &str = "2026-07-28";
+const LEGACY: &str = "2025-11-25";
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    Legacy,
+    Modern,
+    Mrtr,
+    Park,
+    Principals,
+}
+
+#[derive(Clone, Debug)]
+struct Opts {
+    mode: Mode,
+    addr: SocketAddr,
+    path: String,
+    concurrency: usize,
+    duration: Duration,
+    warmup: Duration,
+    count: u64,
+    offset: u64,
+    threads: usize,
+    label: String,
+    rep: u64,
+    /// Legacy mode: the session opened before the run.
+    session: Option<String>,
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: loadgen legacy|modern|mrtr|park|principals --addr HOST:PORT [--path /mcp] \
+         [-c N] [-d SECS] [--warmup SECS] [--count N] [--offset K] [--threads N] \
+         [--label NAME] [--rep N]\n       loadgen free-port\n       \
+         loadgen report --results FILE.jsonl [--criterion DIR]"
+    );
+    std::process::exit(2)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(cmd) = args.first() else { usage() };
+    match cmd.as_str() {
+        "free-port" => {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+            println!("{}", l.local_addr().expect("local addr").port());
+        }
+        "report" => report::main(&args[1..]),
+        _ => {
+            let opts = parse_opts(cmd, &args[1..]);
+            let rt = if opts.threads <= 1 {
+                tokio::runtime::Builder::new_current_thread().enable_all().build()
+            } else {
+                tokio::runtime::Builder::new_multi_thread().worker_threads(opts.threads).enable_all().build()
+            }
+            .expect("runtime");
+            match rt.block_on(run(opts)) {
+                Ok(line) => println!("{line}"),
+                Err(e) => {
+                    eprintln!("loadgen: {e}");
+                    std::process::exit(1)
+                }
+            }
+        }
+    }
+}
+
+fn parse_opts(cmd: &str, rest: &[String]) -> Opts {
+    let mode = match cmd {
+        "legacy" => Mode::Legacy,
+        "modern" => Mode::Modern,
+        "mrtr" => Mode::Mrtr,
+        "park" => Mode::Park,
+        "principals" => Mode::Principals,
+        _ => usage(),
+    };
+    let mut o = Opts {
+        mode,
+        addr: "127.0.0.1:8080".parse().unwrap(),
+        path: "/mcp".into(),
+        concurrency: 1,
+        duration: Duration::from_secs(5),
+        warmup: Duration::from_secs(1),
+        count: 1000,
+        offset: 0,
+        threads: 1,
+        label: cmd.to_string(),
+        rep: 0,
+        session: None,
+    };
+    let mut it = rest.iter();
+    while let Some(flag) = it.next() {
+        let val = it.next().unwrap_or_else(|| usage());
+        let secs = |v: &str| Duration::from_secs_f64(v.parse().unwrap_or_else(|_| usage()));
+        match flag.as_str() {
+            "--addr" => o.addr = val.parse().unwrap_or_else(|_| usage()),
+            "--path" => o.path = val.clone(),
+            "-c" | "--concurrency" => o.concurrency = val.parse().unwrap_or_else(|_| usage()),
+            "-d" | "--duration" => o.duration = secs(val),
+            "--warmup" => o.warmup = secs(val),
+            "--count" => o.count = val.parse().unwrap_or_else(|_| usage()),
+            "--offset" => o.offset = val.parse().unwrap_or_else(|_| usage()),
+            "--threads" => o.threads = val.parse().unwrap_or_else(|_| usage()),
+            "--label" => o.label = val.clone(),
+            "--rep" => o.rep = val.parse().unwrap_or_else(|_| usage()),
+            _ => usage(),
+        }
+    }
+    o.concurrency = o.concurrency.max(1);
+    o
+}
+
+/// One keep-alive HTTP/1.1 connection, reopened after an error.
+struct Conn {
+    addr: SocketAddr,
+    sender: Option<SendRequest<Full<Bytes>>>,
+}
+
+struct Answer {
+    status: StatusCode,
+    session_id: Option<String>,
+    sse: bool,
+    body: Bytes,
+}
+
+impl Conn {
+    fn new(addr: SocketAddr) -> Conn {
+        Conn { addr, sender: None }
+    }
+
+    async fn connect(&mut self) -> Result<&mut SendRequest<Full<Bytes>>, String> {
+        if self.sender.as_ref().is_some_and(|s| s.is_closed()) {
+            self.sender = None;
+        }
+        if self.sender.is_none() {
+            let stream = TcpStream::connect(self.addr).await.map_err(|e| format!("connect: {e}"))?;
+            let _ = stream.set_nodelay(true);
+            let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .map_err(|e| format!("handshake: {e}"))?;
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            self.sender = Some(sender);
+        }
+        Ok(self.sender.as_mut().expect("just set"))
+    }
+
+    async fn send(&mut self, req: Request<Full<Bytes>>) -> Result<Answer, String> {
+        let result = async {
+            let sender = self.connect().await?;
+            sender.ready().await.map_err(|e| format!("ready: {e}"))?;
+            let resp = sender.send_request(req).await.map_err(|e| format!("send: {e}"))?;
+            let status = resp.status();
+            let session_id =
+                resp.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_string);
+            let sse = resp
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.starts_with("text/event-stream"));
+            let body = resp.into_body().collect().await.map_err(|e| format!("body: {e}"))?.to_bytes();
+            Ok(Answer { status, session_id, sse, body })
+        }
+        .await;
+        if result.is_err() {
+            self.sender = None;
+        }
+        result
+    }
+}
+
+fn request(o: &Opts) -> http::request::Builder {
+    Request::builder()
+        .method("POST")
+        .uri(o.path.as_str())
+        .header("host", o.addr.to_string())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+}
+
+fn modern_body(id: u64, tool: &str, args: Value, caps: Value, extra: Option<(Value, Value)>) -> Vec<u8> {
+    let mut params = json!({
+        "name": tool,
+        "arguments": args,
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientCapabilities": caps,
+        }
+    });
+    if let Some((responses, state)) = extra {
+        params["inputResponses"] = responses;
+        params["requestState"] = state;
+    }
+    serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}))
+        .expect("json")
+}
+
+fn modern_request(o: &Opts, tool: &str, body: Vec<u8>, bearer: Option<String>) -> Request<Full<Bytes>> {
+    let mut b = request(o)
+        .header("mcp-protocol-version", MODERN)
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", tool);
+    if let Some(t) = bearer {
+        b = b.header("authorization", format!("Bearer {t}"));
+    }
+    b.body(Full::new(Bytes::from(body))).expect("request")
+}
+
+/// The JSON-RPC message of an answer: the body, or the last SSE `data:` line.
+fn message(a: &Answer) -> Option<Value> {
+    if !a.sse {
+        return serde_json::from_slice(&a.body).ok();
+    }
+    let text = std::str::from_utf8(&a.body).ok()?;
+    text.lines()
+        .rev()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .find(|v| v.get("result").is_some() || v.get("error").is_some())
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// A cheap success check for echo answers: 200, a result, not a tool error.
+fn echo_ok(a: &Answer) -> Result<(), String> {
+    if a.status != StatusCode::OK {
+        return Err(format!("status {}", a.status));
+    }
+    if !contains(&a.body, b"\"result\"") || contains(&a.body, b"\"isError\":true") {
+        return Err(format!("bad body: {}", String::from_utf8_lossy(&a.body)));
+    }
+    Ok(())
+}
+
+/// Opens a legacy session: initialize, then notifications/initialized.
+async fn open_session(o: &Opts, capabilities: Value) -> Result<String, String> {
+    let mut conn = Conn::new(o.addr);
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": LEGACY, "capabilities": capabilities,
+        "clientInfo": {"name": "loadgen", "version": "1"}}});
+    let req = request(o).body(Full::new(Bytes::from(serde_json::to_vec(&init).unwrap()))).unwrap();
+    let a = conn.send(req).await?;
+    if a.status != StatusCode::OK {
+        return Err(format!("initialize: status {}", a.status));
+    }
+    let sid = a.session_id.ok_or("initialize: no Mcp-Session-Id")?;
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let req = request(o)
+        .header("mcp-session-id", sid.as_str())
+        .header("mcp-protocol-version", LEGACY)
+        .body(Full::new(Bytes::from(serde_json::to_vec(&note).unwrap())))
+        .unwrap();
+    let a = conn.send(req).await?;
+    if a.status != StatusCode::ACCEPTED {
+        return Err(format!("initialized: status {}", a.status));
+    }
+    Ok(sid)
+}
+
+/// One sample: total latency, and for MRTR the two legs.
+struct Sample {
+    total: Duration,
+    legs: Option<(Duration, Duration)>,
+}
+
+/// Runs one iteration of the mode; `n` is a run-wide sequence number.
+async fn once(o: &Opts, conn: &mut Conn, n: u64) -> Result<Sample, String> {
+    let start = Instant::now();
+    match o.mode {
+        Mode::Legacy => {
+            let body = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": n + 1,
+                "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "hi"}}}))
+            .unwrap();
+            let req = request(o)
+                .header("mcp-session-id", o.session.as_deref().unwrap_or(""))
+                .header("mcp-protocol-version", LEGACY)
+                .body(Full::new(Bytes::from(body)))
+                .unwrap();
+            echo_ok(&conn.send(req).await?)?;
+        }
+        Mode::Modern | Mode::Principals => {
+            let body = modern_body(n + 1, "echo", json!({"text": "hi"}), json!({}), None);
+            let bearer = (o.mode == Mode::Principals).then(|| format!("tok-{}", o.offset + n));
+            echo_ok(&conn.send(modern_request(o, "echo", body, bearer)).await?)?;
+        }
+        Mode::Mrtr | Mode::Park => {
+            let caps = json!({"elicitation": {}});
+            let args = json!({"question": "bench?"});
+            let body = modern_body(2 * n + 1, "ask_user", args.clone(), caps.clone(), None);
+            let a = conn.send(modern_request(o, "ask_user", body, None)).await?;
+            let msg = message(&a).ok_or_else(|| format!("status {}: unparsable answer", a.status))?;
+            let result = msg.get("result").ok_or_else(|| format!("no result: {msg}"))?;
+            if result.get("resultType").and_then(Value::as_str) != Some("input_required")
+                || result.pointer("/inputRequests/elicitation_1").is_none()
+            {
+                return Err(format!("not input_required: {msg}"));
+            }
+            let state = result.get("requestState").cloned().ok_or("no requestState")?;
+            let first = start.elapsed();
+            if o.mode == Mode::Park {
+                return Ok(Sample { total: first, legs: None });
+            }
+            let responses = json!({"elicitation_1": {"action": "accept", "content": {"answer": "x"}}});
+            let body = modern_body(2 * n + 2, "ask_user", args, caps, Some((responses, state)));
+            let a = conn.send(modern_request(o, "ask_user", body, None)).await?;
+            let msg = message(&a).ok_or_else(|| format!("status {}: unparsable retry answer", a.status))?;
+            let text = msg.pointer("/result/content/0/text").and_then(Value::as_str);
+            if text != Some("you answered: x") {
+                return Err(format!("retry: {msg}"));
+            }
+            let total = start.elapsed();
+            return Ok(Sample { total, legs: Some((first, total - first)) });
+        }
+    }
+    Ok(Sample { total: start.elapsed(), legs: None })
+}
+
+#[derive(Default)]
+struct WorkerOut {
+    lat: Vec<u32>,
+    legs: Vec<(u32, u32)>,
+    ok: u64,
+    /// Successful requests including the warm-up (for CPU per request).
+    all: u64,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+fn micros(d: Duration) -> u32 {
+    d.as_micros().min(u32::MAX as u128) as u32
+}
+
+async fn run(mut o: Opts) -> Result<Value, String> {
+    if o.mode == Mode::Legacy {
+        o.session = Some(open_session(&o, json!({})).await?);
+    }
+    let counted = matches!(o.mode, Mode::Park | Mode::Principals);
+    let o = Arc::new(o);
+    let seq = Arc::new(AtomicU64::new(0));
+    let begin = Instant::now();
+    let measure_from = if counted { begin } else { begin + o.warmup };
+    let until = if counted {
+        // A bound, not a target: counted modes stop when the count is done.
+        begin + Duration::from_secs(600)
+    } else {
+        measure_from + o.duration
+    };
+    let mut workers = Vec::new();
+    for _ in 0..o.concurrency {
+        let (o, seq) = (o.clone(), seq.clone());
+        workers.push(tokio::spawn(async move {
+            let mut out = WorkerOut::default();
+            let mut conn = Conn::new(o.addr);
+            loop {
+                let now = Instant::now();
+                if now >= until {
+                    break;
+                }
+                let n = seq.fetch_add(1, Ordering::Relaxed);
+                if counted && n >= o.count {
+                    break;
+                }
+                let started = Instant::now();
+                let r = once(&o, &mut conn, n).await;
+                let measured = counted || (started >= measure_from && Instant::now() <= until);
+                if r.is_ok() {
+                    out.all += 1;
+                }
+                match r {
+                    Ok(s) if measured => {
+                        out.ok += 1;
+                        out.lat.push(micros(s.total));
+                        if let Some((a, b)) = s.legs {
+                            out.legs.push((micros(a), micros(b)));
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        out.errors += 1;
+                        out.first_error.get_or_insert(e);
+                        // Do not spin on a dead target.
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
+            }
+            out
+        }));
+    }
+    let mut all = WorkerOut::default();
+    for w in workers {
+        let w = w.await.map_err(|e| format!("worker: {e}"))?;
+        all.lat.extend(w.lat);
+        all.legs.extend(w.legs);
+        all.ok += w.ok;
+        all.all += w.all;
+        all.errors += w.errors;
+        if all.first_error.is_none() {
+            all.first_error = w.first_error;
+        }
+    }
+    let elapsed = if counted { begin.elapsed() } else { until.saturating_duration_since(measure_from) };
+    all.lat.sort_unstable();
+    let pct = |v: &[u32], p: f64| -> Value {
+        if v.is_empty() {
+            Value::Null
+        } else {
+            json!(v[((v.len() - 1) as f64 * p).round() as usize])
+        }
+    };
+    let mean = if all.lat.is_empty() {
+        0.0
+    } else {
+        all.lat.iter().map(|&x| x as f64).sum::<f64>() / all.lat.len() as f64
+    };
+    let mode = format!("{:?}", o.mode).to_lowercase();
+    let mut line = json!({
+        "kind": "load",
+        "label": o.label,
+        "rep": o.rep,
+        "mode": mode,
+        "concurrency": o.concurrency,
+        "seconds": elapsed.as_secs_f64(),
+        "requests": all.ok,
+        "all_requests": all.all,
+        "errors": all.errors,
+        "rps": all.ok as f64 / elapsed.as_secs_f64().max(1e-9),
+        "p50_us": pct(&all.lat, 0.50),
+        "p99_us": pct(&all.lat, 0.99),
+        "mean_us": mean.round(),
+        "max_us": all.lat.last().copied(),
+    });
+    if !all.legs.is_empty() {
+        let mut q: Vec<u32> = all.legs.iter().map(|l| l.0).collect();
+        let mut r: Vec<u32> = all.legs.iter().map(|l| l.1).collect();
+        q.sort_unstable();
+        r.sort_unstable();
+        line["question_p50_us"] = pct(&q, 0.5);
+        line["retry_p50_us"] = pct(&r, 0.5);
+    }
+    if let Some(e) = all.first_error {
+        line["first_error"] = json!(e.chars().take(300).collect::<String>());
+    }
+    Ok(line)
+}
+
+/// `loadgen report`: medians over repetitions, ratios per repetition, targets.
+mod report {
+    use super::*;
+    use std::fmt::Write as _;
+
+    fn median(mut v: Vec<f64>) -> Option<f64> {
+        v.retain(|x| x.is_finite());
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let n = v.len();
+        Some(if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
+    }
+
+    fn f(v: Option<f64>, digits: usize) -> String {
+        match v {
+            Some(x) => format!("{x:.digits$}"),
+            None => "n/a".into(),
+        }
+    }
+
+    fn verdict(ok: Option<bool>) -> &'static str {
+        match ok {
+            Some(true) => "PASS",
+            Some(false) => "FAIL",
+            None => "n/a",
+        }
+    }
+
+    /// Criterion medians (ns) by benchmark id, from `DIR/*/new/`.
+    fn criterion(dir: &str) -> BTreeMap<String, f64> {
+        let mut out = BTreeMap::new();
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return out;
+        };
+        for e in entries.flatten() {
+            let new = e.path().join("new");
+            let (Ok(b), Ok(est)) = (
+                std::fs::read_to_string(new.join("benchmark.json")),
+                std::fs::read_to_string(new.join("estimates.json")),
+            ) else {
+                continue;
+            };
+            let (Ok(b), Ok(est)) = (serde_json::from_str::<Value>(&b), serde_json::from_str::<Value>(&est))
+            else {
+                continue;
+            };
+            if let (Some(id), Some(m)) = (
+                b.get("full_id").and_then(Value::as_str),
+                est.pointer("/median/point_estimate").and_then(Value::as_f64),
+            ) {
+                out.insert(id.to_string(), m);
+            }
+        }
+        out
+    }
+
+    pub fn main(args: &[String]) {
+        let mut results = None;
+        let mut crit = None;
+        let mut it = args.iter();
+        while let Some(flag) = it.next() {
+            match (flag.as_str(), it.next()) {
+                ("--results", Some(v)) => results = Some(v.clone()),
+                ("--criterion", Some(v)) => crit = Some(v.clone()),
+                _ => usage(),
+            }
+        }
+        let Some(results) = results else { usage() };
+        let text = std::fs::read_to_string(&results).expect("read results");
+        let lines: Vec<Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        print!("{}", render(&lines, crit.as_deref().map(criterion).unwrap_or_default()));
+    }
+
+    fn load<'a>(lines: &'a [Value], label: &'a str, c: u64) -> impl Iterator<Item = &'a Value> + 'a {
+        lines.iter().filter(move |l| {
+            l["kind"] == "load" && l["label"] == label && l["concurrency"].as_u64() == Some(c)
+        })
+    }
+
+    fn num(l: &Value, k: &str) -> f64 {
+        l[k].as_f64().unwrap_or(f64::NAN)
+    }
+
+    fn by_rep<'a>(lines: &'a [Value], label: &'a str, c: u64) -> BTreeMap<u64, &'a Value> {
+        load(lines, label, c).map(|l| (l["rep"].as_u64().unwrap_or(0), l)).collect()
+    }
+
+    fn render(lines: &[Value], crit: BTreeMap<String, f64>) -> String {
+        let mut s = String::new();
+        let targets = ["direct", "nginx", "sessionless"];
+        let reps = lines
+            .iter()
+            .filter(|l| l["kind"] == "load")
+            .filter_map(|l| l["rep"].as_u64())
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
+        let _ = writeln!(s, "### tools/call echo, closed loop, medians over {reps} repetitions\n");
+        let _ = writeln!(
+            s,
+            "| concurrency | target | req/s | p50 µs | p99 µs | errors | proxy CPU µs/req | upstream CPU µs/req |"
+        );
+        let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|---:|---:|");
+        let mut ratio_rows = Vec::new();
+        let mut verdicts = Vec::new();
+        for c in [1u64, 8, 32] {
+            for t in targets {
+                let ls: Vec<&Value> = load(lines, t, c).collect();
+                if ls.is_empty() {
+                    continue;
+                }
+                let med = |k: &str| median(ls.iter().map(|l| num(l, k)).collect());
+                let errors: u64 = ls.iter().filter_map(|l| l["errors"].as_u64()).sum();
+                let _ = writeln!(
+                    s,
+                    "| {c} | {t} | {} | {} | {} | {errors} | {} | {} |",
+                    f(med("rps"), 0),
+                    f(med("p50_us"), 0),
+                    f(med("p99_us"), 0),
+                    if t == "direct" { "—".into() } else { f(med("proxy_cpu_us"), 1) },
+                    f(med("upstream_cpu_us"), 1)
+                );
+            }
+            // Ratios are taken within each repetition (same minute, same load), then the median.
+            let (d, n, g) =
+                (by_rep(lines, "direct", c), by_rep(lines, "nginx", c), by_rep(lines, "sessionless", c));
+            let mut cpu = Vec::new();
+            let mut tput = Vec::new();
+            let mut added = Vec::new();
+            let mut sl_added = Vec::new();
+            let mut ng_added = Vec::new();
+            for (rep, gl) in &g {
+                if let Some(nl) = n.get(rep) {
+                    tput.push(num(gl, "rps") / num(nl, "rps"));
+                    cpu.push(num(gl, "proxy_cpu_us") / num(nl, "proxy_cpu_us"));
+                    if let Some(dl) = d.get(rep) {
+                        let a_sl = num(gl, "p50_us") - num(dl, "p50_us");
+                        let a_ng = num(nl, "p50_us") - num(dl, "p50_us");
+                        sl_added.push(a_sl);
+                        ng_added.push(a_ng);
+                        added.push(if a_ng > 0.0 { a_sl / a_ng } else { f64::NAN });
+                    }
+                }
+            }
+            let sl_errors: u64 = load(lines, "sessionless", c).filter_map(|l| l["errors"].as_u64()).sum();
+            let tput_m = median(tput);
+            let added_m = median(added);
+            ratio_rows.push(format!(
+                "| {c} | {} | {} | {} | {} | {} |",
+                f(tput_m, 2),
+                f(median(cpu), 2),
+                f(median(sl_added), 0),
+                f(median(ng_added), 0),
+                f(added_m, 2)
+            ));
+            if c == 32 {
+                verdicts.push(format!(
+                    "| throughput sessionless / nginx at c=32, no errors | ≥ 0.90 | {} ({} errors) | {} |",
+                    f(tput_m, 2),
+                    sl_errors,
+                    verdict(tput_m.map(|r| r >= 0.9 && sl_errors == 0))
+                ));
+            }
+            verdicts.push(format!(
+                "| added p50 over direct, sessionless / nginx, c={c} | ≤ 1.5 | {} | {} |",
+                f(added_m, 2),
+                verdict(added_m.map(|r| r <= 1.5))
+            ));
+        }
+        let _ = writeln!(s, "\n### Ratios (per repetition, then median)\n");
+        let _ = writeln!(
+            s,
+            "| concurrency | req/s sessionless ÷ nginx | proxy CPU/req sessionless ÷ nginx | sessionless added p50 µs | nginx added p50 µs | added ÷ added |"
+        );
+        let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|");
+        for r in &ratio_rows {
+            let _ = writeln!(s, "{r}");
+        }
+
+        // MRTR
+        let echo1: Vec<&Value> = lines.iter().filter(|l| l["label"] == "mrtr-echo").collect();
+        let mrtr: Vec<&Value> = lines.iter().filter(|l| l["label"] == "mrtr").collect();
+        if !mrtr.is_empty() {
+            let m = |ls: &[&Value], k: &str| median(ls.iter().map(|l| num(l, k)).collect());
+            let errs: u64 = mrtr.iter().chain(echo1.iter()).filter_map(|l| l["errors"].as_u64()).sum();
+            let _ = writeln!(s, "\n### MRTR through sessionless, concurrency 1\n");
+            let _ = writeln!(s, "| what | p50 µs | p99 µs |");
+            let _ = writeln!(s, "|---|---:|---:|");
+            let _ = writeln!(
+                s,
+                "| `echo` (one request, no question) | {} | {} |",
+                f(m(&echo1, "p50_us"), 0),
+                f(m(&echo1, "p99_us"), 0)
+            );
+            let _ = writeln!(
+                s,
+                "| `ask_user` round trip (question + retry) | {} | {} |",
+                f(m(&mrtr, "p50_us"), 0),
+                f(m(&mrtr, "p99_us"), 0)
+            );
+            let _ = writeln!(
+                s,
+                "| — leg 1: question → `input_required` | {} | |",
+                f(m(&mrtr, "question_p50_us"), 0)
+            );
+            let _ = writeln!(s, "| — leg 2: retry → result | {} | |", f(m(&mrtr, "retry_p50_us"), 0));
+            let ratio = match (m(&mrtr, "p50_us"), m(&echo1, "p50_us")) {
+                (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+                _ => None,
+            };
+            let _ = writeln!(s, "\nround trip ÷ echo (p50): {} ; errors: {errs}", f(ratio, 1));
+        }
+
+        // Memory
+        let mems: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "mem").collect();
+        if !mems.is_empty() {
+            let _ = writeln!(s, "\n### Gateway memory (VmRSS)\n");
+            let _ = writeln!(s, "| what | count | RSS before KiB | RSS after KiB | KiB each |");
+            let _ = writeln!(s, "|---|---:|---:|---:|---:|");
+            for m in &mems {
+                let (b, a, n) = (num(m, "before_kb"), num(m, "after_kb"), num(m, "count"));
+                let each = (a - b) / n;
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {b:.0} | {a:.0} | {each:.2} |",
+                    m["what"].as_str().unwrap_or("?"),
+                    n
+                );
+                if m["what"] == "parked flows" {
+                    verdicts.push(format!(
+                        "| memory per parked flow | ≤ 16 KiB | {each:.2} KiB ({n} parked) | {} |",
+                        verdict(Some(each <= 16.0 && n > 0.0))
+                    ));
+                }
+            }
+        }
+
+        // Criterion
+        if !crit.is_empty() {
+            let _ = writeln!(s, "\n### Criterion microbenchmarks (median)\n");
+            let _ = writeln!(s, "| benchmark | median |");
+            let _ = writeln!(s, "|---|---:|");
+            for (id, ns) in &crit {
+                let _ = writeln!(
+                    s,
+                    "| {id} | {} |",
+                    if *ns >= 1000.0 { format!("{:.2} µs", ns / 1000.0) } else { format!("{ns:.0} ns") }
+                );
+            }
+            if let Some(ns) = crit.get("seal+open") {
+                verdicts.push(format!(
+                    "| seal+open | < 5 µs | {:.2} µs | {} |",
+                    ns / 1000.0,
+                    verdict(Some(*ns < 5000.0))
+                ));
+            }
+        }
+
+        let _ = writeln!(s, "\n### Targets\n");
+        let _ = writeln!(s, "| target | goal | measured | verdict |");
+        let _ = writeln!(s, "|---|---|---|---|");
+        for v in verdicts {
+            let _ = writeln!(s, "{v}");
+        }
+        s
+    }
+}
