@@ -9,11 +9,6 @@ use clap::{Parser, Subcommand};
 use rand::RngCore;
 use sessionless::config::{Config, DEFAULT_LISTEN};
 
-/// mimalloc: the gateway allocates many small, short-lived buffers per
-/// request; glibc malloc cost about a fifth of its CPU (see BENCHMARKS.md).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// A gateway that lets MCP 2026-07-28 (stateless) clients use legacy,
 /// session-based MCP servers.
 #[derive(Parser, Debug)]

@@ -37,9 +37,24 @@ impl Pool {
     /// The pooled session for `key`, opened on first use.
     pub async fn acquire(&self, transport: &Transport, key: PoolKey) -> Result<Arc<Session>, Error> {
         let slot = self.slot(&key)?;
-        let session = slot.cell.get_or_try_init(|| self.open(transport, key.clone())).await?.clone();
+        let session = match slot.cell.get_or_try_init(|| self.open(transport, key.clone())).await {
+            Ok(s) => s.clone(),
+            Err(e) => {
+                self.forget_unopened(&key, &slot);
+                return Err(e);
+            }
+        };
         session.last_used.store(self.now_ms(), std::sync::atomic::Ordering::Relaxed);
         Ok(session)
+    }
+
+    /// Drops a slot whose session could not be opened, so that an upstream
+    /// outage does not fill the pool with empty slots nothing can evict.
+    fn forget_unopened(&self, key: &PoolKey, slot: &Arc<Slot>) {
+        let mut slots = self.slots.lock().expect("pool lock");
+        if slots.get(key).is_some_and(|s| Arc::ptr_eq(s, slot) && s.cell.get().is_none()) {
+            slots.remove(key);
+        }
     }
 
     /// A session of its own (not pooled), for a listen stream or a call that
@@ -188,5 +203,33 @@ impl Drop for Exclusive {
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move { pool.close(&session, "exclusive").await });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    #[tokio::test]
+    async fn an_unreachable_upstream_leaves_no_empty_slot_behind() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let config =
+            Config::single(&format!("http://127.0.0.1:{port}/mcp"), "127.0.0.1:0".parse().unwrap()).unwrap();
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let transport =
+            Transport::new(config.routes[0].upstream.clone(), 1 << 20, metrics.clone(), "/mcp".into());
+        let pool = Pool::new(2, Duration::from_secs(60), metrics);
+        for principal in ["a", "b", "c"] {
+            let key = PoolKey {
+                route: "/mcp".into(),
+                principal: principal.into(),
+                capabilities: "{}".into(),
+                version: "2026-07-28".into(),
+            };
+            assert!(pool.acquire(&transport, key).await.is_err());
+        }
+        assert!(pool.is_empty(), "failed opens must not fill the pool");
     }
 }
