@@ -48,17 +48,25 @@ pub struct InFlight<'a> {
 /// The legacy request for a modern call: minted id and progress token,
 /// modern-only `_meta` keys left out, the rest of `_meta` passed through.
 pub fn upstream_request(call: &Call, params: &Map<String, Value>, id: u64, token: Option<&Value>) -> Value {
-    let mut params = params.clone();
-    params.remove("inputResponses");
-    params.remove("requestState");
+    // Built by hand, copying `params` once (`json!` would copy it again).
+    let mut out: Map<String, Value> = params
+        .iter()
+        .filter(|(k, _)| *k != "inputResponses" && *k != "requestState")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     let mut meta = call.meta.passthrough.clone();
     if let Some(t) = token {
         meta.insert("progressToken".into(), t.clone());
     }
     if !meta.is_empty() {
-        params.insert("_meta".into(), Value::Object(meta));
+        out.insert("_meta".into(), Value::Object(meta));
     }
-    json!({"jsonrpc": "2.0", "id": id, "method": call.method.as_str(), "params": params})
+    let mut msg = Map::new();
+    msg.insert("jsonrpc".into(), Value::from("2.0"));
+    msg.insert("id".into(), Value::from(id));
+    msg.insert("method".into(), Value::from(call.method.as_str()));
+    msg.insert("params".into(), Value::Object(out));
+    Value::Object(msg)
 }
 
 /// Sends the call upstream, minding the client meanwhile: keep-alives if the

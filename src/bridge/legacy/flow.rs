@@ -520,7 +520,7 @@ fn answers(flow: &ParkedFlow, call: &crate::front::Call) -> Result<BTreeMap<Stri
         .iter()
         .filter_map(|(key, question)| {
             let answer = responses.get(key)?;
-            Some(mrtr::legacy_answer(key, question, answer).map(|r| (key.clone(), r)))
+            Some(mrtr::legacy_answer(key, &question.method, answer).map(|r| (key.clone(), r)))
         })
         .collect()
 }

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use super::pool::Exclusive;
@@ -41,8 +42,7 @@ pub fn answers_by_key<'k>(
     for key in keys {
         let Some(answer) = responses.get(key) else { continue };
         let method = method_of_key(key).unwrap_or("");
-        let question = Question { upstream_id: Value::Null, method: method.into(), request: Value::Null };
-        out.insert(key.clone(), legacy_answer(key, &question, answer)?);
+        out.insert(key.clone(), legacy_answer(key, method, answer)?);
     }
     Ok(out)
 }
@@ -53,8 +53,9 @@ pub struct Question {
     /// The upstream's JSON-RPC id for it.
     pub upstream_id: Value,
     pub method: String,
-    /// The 2026 `InputRequest` shown to the client.
-    pub request: Value,
+    /// The 2026 `InputRequest` shown to the client, kept serialised: a parked
+    /// flow holds it for minutes and a `Value` tree costs several KiB.
+    pub request: Box<RawValue>,
 }
 
 /// A call paused on questions, waiting for the client's retry.
@@ -84,7 +85,8 @@ impl ParkedFlow {
             let key = format!("{prefix}_{}", self.minted);
             let question = Question {
                 upstream_id: msg.get("id").cloned().unwrap_or(Value::Null),
-                request: input_request(&method, msg.get("params")),
+                request: serde_json::value::to_raw_value(&input_request(&method, msg.get("params")))
+                    .expect("a Value serialises"),
                 method,
             };
             self.pending.insert(key, question);
@@ -93,8 +95,11 @@ impl ParkedFlow {
 
     /// The `inputRequests` object for the pending questions.
     pub fn input_requests(&self) -> Value {
-        let map: Map<String, Value> =
-            self.pending.iter().map(|(k, q)| (k.clone(), q.request.clone())).collect();
+        let map: Map<String, Value> = self
+            .pending
+            .iter()
+            .map(|(k, q)| (k.clone(), serde_json::from_str(q.request.get()).unwrap_or(Value::Null)))
+            .collect();
         Value::Object(map)
     }
 }
@@ -135,13 +140,13 @@ pub fn check_responses_shape(params: &Map<String, Value>) -> Result<(), Error> {
 }
 
 /// The legacy JSON-RPC `result` for a client's answer to `question`.
-pub fn legacy_answer(key: &str, question: &Question, answer: &Value) -> Result<Value, Error> {
+pub fn legacy_answer(key: &str, method: &str, answer: &Value) -> Result<Value, Error> {
     let Value::Object(obj) = answer else {
         return Err(malformed(key, "must be an object"));
     };
     let mut obj = obj.clone();
     obj.remove("resultType");
-    let problem = match question.method.as_str() {
+    let problem = match method {
         "elicitation/create" => {
             let action = obj.get("action").and_then(Value::as_str);
             if !matches!(action, Some("accept" | "decline" | "cancel")) {
@@ -203,24 +208,19 @@ mod tests {
 
     #[test]
     fn answers_are_validated_per_method() {
-        let q = |m: &str| Question { upstream_id: json!(1), method: m.into(), request: json!({}) };
+        assert!(legacy_answer("k", "elicitation/create", &json!({"action": "accept", "content": {"a": 1}}))
+            .is_ok());
+        assert!(legacy_answer("k", "elicitation/create", &json!({"action": "maybe"})).is_err());
+        assert!(legacy_answer("k", "elicitation/create", &json!(12345)).is_err());
         assert!(legacy_answer(
             "k",
-            &q("elicitation/create"),
-            &json!({"action": "accept", "content": {"a": 1}})
-        )
-        .is_ok());
-        assert!(legacy_answer("k", &q("elicitation/create"), &json!({"action": "maybe"})).is_err());
-        assert!(legacy_answer("k", &q("elicitation/create"), &json!(12345)).is_err());
-        assert!(legacy_answer(
-            "k",
-            &q("sampling/createMessage"),
+            "sampling/createMessage",
             &json!({"role": "assistant", "content": {"type": "text", "text": "hi"}, "model": "m"})
         )
         .is_ok());
-        assert!(legacy_answer("k", &q("sampling/createMessage"), &json!({"content": {}})).is_err());
-        assert!(legacy_answer("k", &q("roots/list"), &json!({"roots": []})).is_ok());
-        assert!(legacy_answer("k", &q("roots/list"), &json!({})).is_err());
+        assert!(legacy_answer("k", "sampling/createMessage", &json!({"content": {}})).is_err());
+        assert!(legacy_answer("k", "roots/list", &json!({"roots": []})).is_ok());
+        assert!(legacy_answer("k", "roots/list", &json!({})).is_err());
     }
 
     #[test]
