@@ -138,23 +138,40 @@ async fn demo(listen: SocketAddr) -> anyhow::Result<()> {
 }
 
 fn demo_curls(url: &str) -> String {
-    let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
-    let call = |method: &str, name: Option<&str>, params: &str| {
+    // `extra_meta` goes into `_meta`; `caps` is the declared ClientCapabilities.
+    let call = |method: &str, name: Option<&str>, params: &str, extra_meta: &str, caps: &str| {
         let name_header = name.map(|n| format!(" -H 'Mcp-Name: {n}'")).unwrap_or_default();
         format!(
-            "  curl -s {url} -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \\\n    -H 'MCP-Protocol-Version: 2026-07-28' -H 'Mcp-Method: {method}'{name_header} \\\n    -d '{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"{method}\",\"params\":{{{params}{meta}}}}}'\n"
+            "  curl -sN {url} -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \\\n    \
+             -H 'MCP-Protocol-Version: 2026-07-28' -H 'Mcp-Method: {method}'{name_header} \\\n    \
+             -d '{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"{method}\",\"params\":{{{params}\"_meta\":{{{extra_meta}\
+             \"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\",\
+             \"io.modelcontextprotocol/clientCapabilities\":{caps}}}}}}}'\n"
         )
     };
     [
-        call("server/discover", None, ""),
-        call("tools/list", None, ""),
-        call("tools/call", Some("echo"), r#""name":"echo","arguments":{"text":"hello"},"#),
+        "# what the server offers\n".to_string(),
+        call("server/discover", None, "", "", "{}"),
+        call("tools/list", None, "", "", "{}"),
+        "# a tool call (JSON answer)\n".to_string(),
+        call("tools/call", Some("echo"), r#""name":"echo","arguments":{"text":"hello"},"#, "", "{}"),
+        "# progress notifications on an SSE answer\n".to_string(),
         call(
             "tools/call",
             Some("slow"),
-            r#""name":"slow","arguments":{"steps":3},"_meta_progress":"see README","#,
-        )
-        .replace(r#""_meta_progress":"see README","#, ""),
+            r#""name":"slow","arguments":{"steps":3},"#,
+            r#""progressToken":"p1","#,
+            "{}",
+        ),
+        "# a question for the user: an input_required round (retry with inputResponses + requestState)\n"
+            .to_string(),
+        call(
+            "tools/call",
+            Some("ask_user"),
+            r#""name":"ask_user","arguments":{},"#,
+            "",
+            r#"{"elicitation":{}}"#,
+        ),
     ]
     .concat()
 }
