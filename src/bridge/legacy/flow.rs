@@ -24,6 +24,9 @@ use crate::reply::Reply;
 /// questions were declined, so the upstream can finish its call cleanly.
 const ABANDON_DRAIN: Duration = Duration::from_secs(30);
 
+/// Flows declined at once at shutdown.
+const ABANDON_CONCURRENCY: usize = 64;
+
 /// What a retry's `requestState` asks for.
 pub(super) enum Resumed {
     /// The retry was answered (here, or by the owner replica).
@@ -490,7 +493,18 @@ impl Legacy {
         self.parked.close();
         let left = self.parked.drain();
         self.count_parked();
-        futures_util::future::join_all(left.into_iter().map(|f| f.abandon(self.metrics.clone()))).await;
+        // The process is exiting: decline, without reading the streams on. A
+        // bounded number at a time: each decline needs an upstream connection
+        // of its own (the parked ones are busy), so all at once would spike memory.
+        futures_util::StreamExt::for_each_concurrent(
+            futures_util::stream::iter(left),
+            ABANDON_CONCURRENCY,
+            |mut f| {
+                let metrics = self.metrics.clone();
+                async move { f.decline_pending(&metrics).await }
+            },
+        )
+        .await;
     }
 }
 
