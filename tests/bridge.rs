@@ -2,6 +2,7 @@
 //! out to a fake upstream, modern answers back.
 
 mod support;
+use support::single_route;
 
 use serde_json::{json, Value};
 use support::{Answer, FakeUpstream, Gateway, Step};
@@ -314,18 +315,9 @@ async fn concurrent_calls_on_one_session_get_their_own_answers() {
     assert_eq!(up.initializes(), 1, "{}", up.dump());
 }
 
-const QUICK_KEEPALIVE: &str = r#"
-[server]
-keepalive_interval_ms = 50
-
-[[upstreams]]
-name = "up"
-url = "{upstream}"
-
-[[routes]]
-path = "/mcp"
-upstream = "up"
-"#;
+fn quick_keepalive() -> String {
+    single_route("", "[server]\nkeepalive_interval_ms = 50")
+}
 
 #[tokio::test]
 async fn long_calls_are_kept_alive_with_sse_comments() {
@@ -339,7 +331,7 @@ async fn long_calls_are_kept_alive_with_sse_comments() {
         )
         .start()
         .await;
-    let gw = Gateway::from_toml(QUICK_KEEPALIVE, up.url()).await;
+    let gw = Gateway::from_toml(&quick_keepalive(), up.url()).await;
 
     let reply =
         gw.request("tools/call").id(json!(4)).params(json!({"name": "slow", "arguments": {}})).send().await;

@@ -3,6 +3,7 @@
 //! that count them.
 
 mod support;
+use support::single_route;
 
 use http::Method;
 use serde_json::json;
@@ -62,21 +63,14 @@ async fn the_negotiated_version_goes_on_every_later_request() {
     }
 }
 
-const OLDEST_VERSION: &str = r#"
-[[upstreams]]
-name = "up"
-url = "{upstream}"
-protocol_version = "2025-03-26"
-
-[[routes]]
-path = "/mcp"
-upstream = "up"
-"#;
+fn oldest_version() -> String {
+    single_route(r#"protocol_version = "2025-03-26""#, "")
+}
 
 #[tokio::test]
 async fn a_2025_03_26_upstream_gets_no_version_header() {
     let up = FakeUpstream::new().start().await;
-    let gw = Gateway::from_toml(OLDEST_VERSION, up.url()).await;
+    let gw = Gateway::from_toml(&oldest_version(), up.url()).await;
 
     let reply = gw.request("tools/list").send().await;
 
@@ -119,23 +113,14 @@ async fn principals_get_their_own_upstream_sessions() {
     assert!(up.seen().iter().all(|s| s.header("authorization").is_none()));
 }
 
-const ONE_SESSION: &str = r#"
-[[upstreams]]
-name = "up"
-url = "{upstream}"
-
-[[routes]]
-path = "/mcp"
-upstream = "up"
-
-[pool]
-max_sessions = 1
-"#;
+fn one_session() -> String {
+    single_route("", "[pool]\nmax_sessions = 1")
+}
 
 #[tokio::test]
 async fn a_full_pool_closes_its_least_recently_used_idle_session() {
     let up = FakeUpstream::new().start().await;
-    let gw = Gateway::from_toml(ONE_SESSION, up.url()).await;
+    let gw = Gateway::from_toml(&one_session(), up.url()).await;
 
     let alice = gw.request("tools/list").bearer("alice").send().await;
     assert_eq!(alice.status, 200, "{}", alice.raw);
@@ -150,23 +135,14 @@ async fn a_full_pool_closes_its_least_recently_used_idle_session() {
     assert_eq!(up.initializes(), 2);
 }
 
-const QUICK_IDLE: &str = r#"
-[[upstreams]]
-name = "up"
-url = "{upstream}"
-
-[[routes]]
-path = "/mcp"
-upstream = "up"
-
-[pool]
-idle_timeout_ms = 100
-"#;
+fn quick_idle() -> String {
+    single_route("", "[pool]\nidle_timeout_ms = 100")
+}
 
 #[tokio::test]
 async fn idle_sessions_are_closed_upstream() {
     let up = FakeUpstream::new().start().await;
-    let gw = Gateway::from_toml(QUICK_IDLE, up.url()).await;
+    let gw = Gateway::from_toml(&quick_idle(), up.url()).await;
     let reply = gw.request("tools/list").send().await;
     assert_eq!(reply.status, 200, "{}", reply.raw);
     let session = up.calls("tools/list")[0].session().unwrap().to_string();

@@ -2,6 +2,7 @@
 //! stream filtered and tagged for the client, and its end.
 
 mod support;
+use support::single_route;
 
 use http::Method;
 use serde_json::json;
@@ -107,18 +108,9 @@ async fn listen_subscribes_to_resources_and_forwards_only_their_updates() {
     assert_eq!(subscribe.session(), get.session());
 }
 
-const SMALL_RESPONSES: &str = r#"
-[[upstreams]]
-name = "up"
-url = "{upstream}"
-
-[[routes]]
-path = "/mcp"
-upstream = "up"
-
-[limits]
-max_upstream_response_bytes = 2048
-"#;
+fn small_responses() -> String {
+    single_route("", "[limits]\nmax_upstream_response_bytes = 2048")
+}
 
 #[tokio::test]
 async fn a_long_listen_stream_is_not_cut_by_the_response_size_limit() {
@@ -128,7 +120,7 @@ async fn a_long_listen_stream_is_not_cut_by_the_response_size_limit() {
         (0..40).map(|n| Step::notify("notifications/tools/list_changed", json!({"n": n}))).collect();
     steps.push(Step::hang());
     let up = FakeUpstream::new().get_stream(steps).start().await;
-    let gw = Gateway::from_toml(SMALL_RESPONSES, up.url()).await;
+    let gw = Gateway::from_toml(&small_responses(), up.url()).await;
 
     let mut events = gw
         .request("subscriptions/listen")

@@ -3,6 +3,7 @@
 //! upstream when no flow can be parked or the client never comes back.
 
 mod support;
+use support::single_route;
 
 use serde_json::{json, Value};
 use support::{Answer, FakeUpstream, Gateway, Step, Upstream};
@@ -55,23 +56,14 @@ async fn undeclared_elicitation_is_declined_upstream_and_reported_as_missing_cap
     assert_eq!(cancelled.body["params"]["requestId"], call.body["id"]);
 }
 
-const NO_PARKING: &str = r#"
-[[upstreams]]
-name = "up"
-url = "{upstream}"
-
-[[routes]]
-path = "/mcp"
-upstream = "up"
-
-[limits]
-max_parked_flows = 0
-"#;
+fn no_parking() -> String {
+    single_route("", "[limits]\nmax_parked_flows = 0")
+}
 
 #[tokio::test]
 async fn elicitation_with_no_room_to_park_is_declined_and_the_call_completes() {
     let up = asking_upstream().await;
-    let gw = Gateway::from_toml(NO_PARKING, up.url()).await;
+    let gw = Gateway::from_toml(&no_parking(), up.url()).await;
 
     let reply = gw
         .request("tools/call")
@@ -148,23 +140,14 @@ async fn declared_elicitation_becomes_an_input_required_round() {
     assert_eq!(up.responses().len(), 1, "a replay never reaches the upstream");
 }
 
-const SHORT_PARKING: &str = r#"
-[[upstreams]]
-name = "up"
-url = "{upstream}"
-
-[[routes]]
-path = "/mcp"
-upstream = "up"
-
-[limits]
-parked_flow_ttl_ms = 200
-"#;
+fn short_parking() -> String {
+    single_route("", "[limits]\nparked_flow_ttl_ms = 200")
+}
 
 #[tokio::test]
 async fn abandoned_round_is_declined_upstream_when_it_expires() {
     let up = asking_upstream().await;
-    let gw = Gateway::from_toml(SHORT_PARKING, up.url()).await;
+    let gw = Gateway::from_toml(&short_parking(), up.url()).await;
 
     let first = gw
         .request("tools/call")
@@ -301,23 +284,14 @@ async fn roots_asked_on_the_get_stream_become_a_round_on_a_session_of_its_own() 
     assert_eq!(gw.settled_metric("sessionless_upstream_sessions_open", 0.0).await, 0.0);
 }
 
-const SHORT_DRAIN: &str = r#"
-[server]
-drain_timeout_ms = 300
-
-[[upstreams]]
-name = "up"
-url = "{upstream}"
-
-[[routes]]
-path = "/mcp"
-upstream = "up"
-"#;
+fn short_drain() -> String {
+    single_route("", "[server]\ndrain_timeout_ms = 300")
+}
 
 #[tokio::test]
 async fn draining_serves_retries_and_refuses_new_calls() {
     let up = asking_upstream().await;
-    let gw = Gateway::from_toml(&SHORT_DRAIN.replace("300", "10000"), up.url()).await;
+    let gw = Gateway::from_toml(&short_drain().replace("300", "10000"), up.url()).await;
     let elicitation = json!({"elicitation": {}});
     let first = gw.request("tools/call").params(call_params()).capabilities(elicitation.clone()).send().await;
     assert_eq!(first.result()["resultType"], "input_required", "{}", first.raw);
@@ -352,7 +326,7 @@ async fn draining_serves_retries_and_refuses_new_calls() {
 #[tokio::test]
 async fn shutdown_declines_flows_still_parked_at_the_drain_deadline() {
     let up = asking_upstream().await;
-    let gw = Gateway::from_toml(SHORT_DRAIN, up.url()).await;
+    let gw = Gateway::from_toml(&short_drain(), up.url()).await;
     let first =
         gw.request("tools/call").params(call_params()).capabilities(json!({"elicitation": {}})).send().await;
     assert_eq!(first.result()["resultType"], "input_required", "{}", first.raw);

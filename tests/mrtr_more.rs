@@ -4,6 +4,7 @@
 //! prompts/get and resources/read, `requestState` rejections, TTL and cap.
 
 mod support;
+use support::single_route;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -734,18 +735,9 @@ async fn request_state_rejections_have_reasons_and_are_counted() {
 
 // 10. TTL and cap ---------------------------------------------------------------
 
-const TTL_300: &str = r#"
-[[upstreams]]
-name = "up"
-url = "{upstream}"
-
-[[routes]]
-path = "/mcp"
-upstream = "up"
-
-[limits]
-parked_flow_ttl_ms = 300
-"#;
+fn ttl_300() -> String {
+    single_route("", "[limits]\nparked_flow_ttl_ms = 300")
+}
 
 #[tokio::test]
 async fn expired_flows_are_declined_upstream_by_kind_and_retries_get_expired() {
@@ -772,7 +764,7 @@ async fn expired_flows_are_declined_upstream_by_kind_and_retries_get_expired() {
         })
         .start()
         .await;
-    let gw = Gateway::from_toml(TTL_300, up.url()).await;
+    let gw = Gateway::from_toml(&ttl_300(), up.url()).await;
     let caps = json!({"elicitation": {}, "sampling": {}});
     let summarise = json!({"name": "summarise", "arguments": {}});
 
@@ -827,18 +819,9 @@ async fn expired_flows_are_declined_upstream_by_kind_and_retries_get_expired() {
     assert_eq!(up.responses().len(), 2, "one decline each: {}", up.dump());
 }
 
-const CAP_1: &str = r#"
-[[upstreams]]
-name = "up"
-url = "{upstream}"
-
-[[routes]]
-path = "/mcp"
-upstream = "up"
-
-[limits]
-max_parked_flows = 1
-"#;
+fn cap_1() -> String {
+    single_route("", "[limits]\nmax_parked_flows = 1")
+}
 
 #[tokio::test]
 async fn with_the_lot_full_a_second_flow_is_declined_and_the_first_still_completes() {
@@ -860,7 +843,7 @@ async fn with_the_lot_full_a_second_flow_is_declined_and_the_first_still_complet
         })
         .start()
         .await;
-    let gw = Gateway::from_toml(CAP_1, up.url()).await;
+    let gw = Gateway::from_toml(&cap_1(), up.url()).await;
 
     let first =
         gw.request("tools/call").id(json!(1)).params(call_params()).capabilities(elicitation()).send().await;

@@ -2,6 +2,7 @@
 //! nonsense (DESIGN.md §6): clear errors, nothing resent, the gateway stays up.
 
 mod support;
+use support::single_route;
 
 use http::Method;
 use serde_json::json;
@@ -95,16 +96,9 @@ async fn unreachable_upstream_is_a_502() {
     gw.assert_healthy().await;
 }
 
-const SMALL_TIMEOUT: &str = r#"
-[[upstreams]]
-name = "slow"
-url = "{upstream}"
-response_timeout_ms = 200
-
-[[routes]]
-path = "/mcp"
-upstream = "slow"
-"#;
+fn small_timeout() -> String {
+    single_route("response_timeout_ms = 200", "")
+}
 
 #[tokio::test]
 async fn slow_upstream_is_a_504() {
@@ -112,7 +106,7 @@ async fn slow_upstream_is_a_504() {
         .on("tools/call", Answer::delayed(3_000, Answer::Result(json!({"content": []}))))
         .start()
         .await;
-    let gw = Gateway::from_toml(SMALL_TIMEOUT, up.url()).await;
+    let gw = Gateway::from_toml(&small_timeout(), up.url()).await;
 
     let started = std::time::Instant::now();
     let reply = gw
@@ -158,18 +152,9 @@ async fn garbage_from_upstream_is_a_502_that_leaks_nothing() {
     gw.assert_healthy().await;
 }
 
-const SMALL_RESPONSES: &str = r#"
-[[upstreams]]
-name = "big"
-url = "{upstream}"
-
-[[routes]]
-path = "/mcp"
-upstream = "big"
-
-[limits]
-max_upstream_response_bytes = 2048
-"#;
+fn small_responses() -> String {
+    single_route("", "[limits]\nmax_upstream_response_bytes = 2048")
+}
 
 #[tokio::test]
 async fn oversized_upstream_answer_is_a_502() {
@@ -178,7 +163,7 @@ async fn oversized_upstream_answer_is_a_502() {
         .on("tools/call", Answer::Result(json!({"content": [{"type": "text", "text": huge}]})))
         .start()
         .await;
-    let gw = Gateway::from_toml(SMALL_RESPONSES, up.url()).await;
+    let gw = Gateway::from_toml(&small_responses(), up.url()).await;
 
     let reply =
         gw.request("tools/call").id(json!(14)).params(json!({"name": "huge", "arguments": {}})).send().await;
@@ -199,7 +184,7 @@ async fn oversized_sse_event_is_a_502() {
         )
         .start()
         .await;
-    let gw = Gateway::from_toml(SMALL_RESPONSES, up.url()).await;
+    let gw = Gateway::from_toml(&small_responses(), up.url()).await;
 
     let reply =
         gw.request("tools/call").id(json!(15)).params(json!({"name": "huge", "arguments": {}})).send().await;
@@ -287,18 +272,9 @@ async fn client_hanging_up_before_any_answer_cancels_the_upstream_request() {
     assert_eq!(cancelled.body["params"]["requestId"], sent.body["id"]);
 }
 
-const ONE_AT_A_TIME: &str = r#"
-[[upstreams]]
-name = "up"
-url = "{upstream}"
-
-[[routes]]
-path = "/mcp"
-upstream = "up"
-
-[limits]
-max_concurrent_requests = 1
-"#;
+fn one_at_a_time() -> String {
+    single_route("", "[limits]\nmax_concurrent_requests = 1")
+}
 
 #[tokio::test]
 async fn overload_is_a_503_with_retry_after() {
@@ -306,7 +282,7 @@ async fn overload_is_a_503_with_retry_after() {
         .on("tools/call", Answer::Sse(vec![Step::sleep_ms(500), Step::result(json!({"content": []}))]))
         .start()
         .await;
-    let gw = Gateway::from_toml(ONE_AT_A_TIME, up.url()).await;
+    let gw = Gateway::from_toml(&one_at_a_time(), up.url()).await;
     let busy = gw.request("tools/call").id(json!(1)).params(json!({"name": "busy", "arguments": {}})).send();
     let turned_away = async {
         up.wait_for("the first call", |s| s.rpc_method() == Some("tools/call")).await;
@@ -325,16 +301,9 @@ async fn overload_is_a_503_with_retry_after() {
     gw.assert_healthy().await;
 }
 
-const SHORT_CALLS: &str = r#"
-[[upstreams]]
-name = "up"
-url = "{upstream}"
-call_timeout_ms = 300
-
-[[routes]]
-path = "/mcp"
-upstream = "up"
-"#;
+fn short_calls() -> String {
+    single_route("call_timeout_ms = 300", "")
+}
 
 #[tokio::test]
 async fn a_call_past_its_deadline_is_cancelled_upstream_and_reported_uncertain() {
@@ -342,7 +311,7 @@ async fn a_call_past_its_deadline_is_cancelled_upstream_and_reported_uncertain()
         .on("tools/call", Answer::Sse(vec![Step::prime("ev-1"), Step::hang()]))
         .start()
         .await;
-    let gw = Gateway::from_toml(SHORT_CALLS, up.url()).await;
+    let gw = Gateway::from_toml(&short_calls(), up.url()).await;
 
     let reply = gw
         .request("tools/call")
@@ -368,7 +337,7 @@ async fn many_small_progress_events_are_not_a_too_large_answer() {
     let mut steps: Vec<Step> = (1..=60).map(|n| Step::progress(n as f64 / 60.0)).collect();
     steps.push(Step::result(json!({"content": [{"type": "text", "text": "done"}]})));
     let up = FakeUpstream::new().on("tools/call", Answer::Sse(steps)).start().await;
-    let gw = Gateway::from_toml(SMALL_RESPONSES, up.url()).await;
+    let gw = Gateway::from_toml(&small_responses(), up.url()).await;
 
     let reply = gw
         .request("tools/call")

@@ -177,3 +177,12 @@ pub async fn closed_port_url() -> String {
     drop(listener);
     format!("http://{addr}/mcp")
 }
+
+/// A routing file with one upstream (`{upstream}`, replaced by
+/// `Gateway::from_toml`) served at `/mcp`: `upstream_keys` go into its
+/// `[[upstreams]]` table, `tables` (e.g. `[limits] …`) after it.
+pub fn single_route(upstream_keys: &str, tables: &str) -> String {
+    format!(
+        "[[upstreams]]\nname = \"up\"\nurl = \"{{upstream}}\"\n{upstream_keys}\n\n[[routes]]\npath = \"/mcp\"\nupstream = \"up\"\n\n{tables}\n"
+    )
+}
