@@ -46,25 +46,10 @@ PIDS=()
 RESULTS="$LOGDIR/results.txt"
 : > "$RESULTS"
 
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  for pid in "${PIDS[@]}"; do
-    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-  done
-  for pid in "${PIDS[@]}"; do
-    for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-  done
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
 
 die() { echo "cluster: $*" >&2; exit 1; }
 
-# start, free_port, wait_http
+# start, free_port, wait_http, and the cleanup traps
 source tests/lib/proc.sh
 
 # wait_exit PID SECONDS: until PID (a child of this shell) exits; EXIT_STATUS, EXIT_AFTER (s).

@@ -35,25 +35,10 @@ FAILURES=()
 RESULTS="$LOGDIR/results.txt"
 : > "$RESULTS"
 
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  for pid in "${PIDS[@]}"; do
-    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-  done
-  for pid in "${PIDS[@]}"; do
-    for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-  done
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
 
 die() { echo "interop: $*" >&2; exit 1; }
 
-# start, free_port, wait_http
+# start, free_port, wait_http, and the cleanup traps
 source tests/lib/proc.sh
 
 # run_client LABEL CMD... : bounded run; echoes and records every result line

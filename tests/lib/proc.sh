@@ -1,5 +1,22 @@
 # Shared by the test scripts that start real peers on loopback (interop, cluster).
-# The sourcing script sets LOGDIR and PIDS=() and kills "${PIDS[@]}" in its EXIT trap.
+# The sourcing script sets LOGDIR and PIDS=(); sourcing installs the traps that
+# stop every process in PIDS (its whole process group) on exit, even on failure.
+
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  for pid in "${PIDS[@]}"; do
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  done
+  for pid in "${PIDS[@]}"; do
+    for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+  done
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # start NAME CMD... : runs CMD in its own process group, output appended to $LOGDIR/NAME.log
 start() {
