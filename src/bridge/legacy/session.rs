@@ -61,6 +61,7 @@ impl Session {
             transport: transport.clone(),
             wire,
             init,
+            // Far from the ids the owner minted on the same upstream session.
             next_id: AtomicU64::new(1 << 40),
             last_used: AtomicU64::new(0),
         }
