@@ -9,10 +9,12 @@ use tokio::time::Instant;
 
 use super::call::{respond_upstream, simple_request};
 use super::session::Session;
-use super::{error_message, Caller, Legacy};
+use super::{Caller, Legacy};
 use crate::config::Route;
+use crate::error::error_body;
 use crate::error::Error;
 use crate::front::Call;
+use crate::front::SUPPORTED_VERSIONS;
 use crate::metrics::Metrics;
 use crate::reply::Reply;
 
@@ -201,6 +203,6 @@ impl Legacy {
 }
 
 async fn fail(reply: Reply, call: &Call, e: Error) -> &'static str {
-    reply.finish(e.status(), &error_message(&call.id, &e)).await;
+    reply.finish(e.status(), &error_body(Some(&call.id), &e, SUPPORTED_VERSIONS)).await;
     e.reason()
 }

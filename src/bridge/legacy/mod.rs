@@ -375,8 +375,3 @@ fn random_id() -> String {
     rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut b);
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
-
-/// Builds a modern JSON-RPC error response (used by listen streams).
-fn error_message(id: &Value, err: &Error) -> Value {
-    error_body(Some(id), err, SUPPORTED_VERSIONS)
-}

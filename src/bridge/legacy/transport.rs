@@ -271,8 +271,6 @@ pub struct EventStream {
     last_event_id: Option<String>,
     retry: Duration,
     resumes: u32,
-    /// Whether the stream carried event ids (it may be resumable).
-    pub had_event_ids: bool,
 }
 
 impl EventStream {
@@ -286,7 +284,6 @@ impl EventStream {
             last_event_id: None,
             retry: Duration::from_millis(1000),
             resumes: 0,
-            had_event_ids: false,
         }
     }
 
@@ -317,7 +314,6 @@ impl EventStream {
     fn take(&mut self, event: sse_stream::Sse) -> Result<(), StreamEnd> {
         if let Some(id) = event.id.filter(|i| !i.is_empty()) {
             self.last_event_id = Some(id);
-            self.had_event_ids = true;
         }
         if let Some(ms) = event.retry {
             self.retry = Duration::from_millis(ms).min(MAX_RETRY);
