@@ -4,6 +4,7 @@ mod call;
 mod cursor;
 mod event_limit;
 mod flow;
+mod h1;
 mod listen;
 mod mrtr;
 mod pool;

@@ -5,22 +5,20 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use std::sync::{Arc, OnceLock};
+
 use bytes::Bytes;
 use futures_util::StreamExt;
-use http::{header, Method, Request, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
+use http_body_util::{BodyExt, Limited};
 use serde_json::Value;
 use sse_stream::SseStream;
 
 use super::event_limit::{BodyError, EventLimited};
+use super::h1;
 use crate::config::Upstream;
 use crate::metrics::{Metrics, UpstreamLabels};
 
-type Https = hyper_rustls::HttpsConnector<HttpConnector>;
-type HttpClient = Client<Https, Full<Bytes>>;
+const ACCEPT_BOTH: &str = "application/json, text/event-stream";
 
 /// How a POST went wrong, in the terms the caller decides on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +57,7 @@ pub struct SessionWire {
 
 #[derive(Clone)]
 pub struct Transport {
-    http: HttpClient,
+    http: h1::Client,
     pub upstream: Upstream,
     max_response: usize,
     metrics: Metrics,
@@ -68,37 +66,16 @@ pub struct Transport {
 
 impl Transport {
     pub fn new(upstream: Upstream, max_response: usize, metrics: Metrics, route: String) -> Transport {
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_connect_timeout(Some(upstream.connect_timeout));
-        http.set_nodelay(true);
-        let tls = rustls_config();
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        let http = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(60))
-            .pool_max_idle_per_host(256)
-            .build(https);
+        static TLS: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
+        let tls = TLS.get_or_init(|| Arc::new(rustls_config())).clone();
+        let settings = h1::Settings {
+            connect_timeout: upstream.connect_timeout,
+            idle_timeout: Duration::from_secs(60),
+            max_idle: 256,
+        };
+        let http = h1::Client::new(&upstream.url, tls, settings)
+            .expect("upstream URLs are checked for scheme and host when the config is loaded");
         Transport { http, upstream, max_response, metrics, route }
-    }
-
-    fn request(&self, method: Method, session: &SessionWire) -> http::request::Builder {
-        let mut b = Request::builder()
-            .method(method)
-            .uri(self.upstream.url.clone())
-            .header(header::ACCEPT, "application/json, text/event-stream");
-        if let Some(id) = &session.id {
-            b = b.header("mcp-session-id", id.as_str());
-        }
-        if let Some(v) = &session.version {
-            if v.as_str() != "2025-03-26" {
-                b = b.header("mcp-protocol-version", v.as_str());
-            }
-        }
-        b
     }
 
     fn count(&self, status: &'static str) {
@@ -108,22 +85,45 @@ impl Transport {
             .inc();
     }
 
-    async fn send(&self, req: Request<Full<Bytes>>) -> Result<http::Response<Incoming>, PostError> {
-        match tokio::time::timeout(self.upstream.response_timeout, self.http.request(req)).await {
+    /// Sends one request on `session`: the session headers, then `extra`.
+    async fn send(
+        &self,
+        method: &str,
+        session: &SessionWire,
+        extra: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<h1::Response, PostError> {
+        let mut headers: [(&str, &str); 5] = [("", ""); 5];
+        let mut n = 0;
+        if let Some(id) = &session.id {
+            headers[n] = ("mcp-session-id", id.as_str());
+            n += 1;
+        }
+        if let Some(v) = session.version.as_deref().filter(|v| *v != "2025-03-26") {
+            headers[n] = ("mcp-protocol-version", v);
+            n += 1;
+        }
+        for h in extra.iter().take(headers.len() - n) {
+            headers[n] = *h;
+            n += 1;
+        }
+        let send = self.http.send(method, &headers[..n], body);
+        match tokio::time::timeout(self.upstream.response_timeout, send).await {
             Err(_) => {
                 self.count("timeout");
                 Err(PostError::Timeout)
             }
-            Ok(Err(e)) if e.is_connect() => {
+            Ok(Err(h1::Error::NotSent(_))) => {
                 self.count("connect_error");
                 Err(PostError::NotSent)
             }
-            Ok(Err(_)) => {
+            Ok(Err(h1::Error::Request(what))) => Err(PostError::Invalid(what)),
+            Ok(Err(h1::Error::Broken(_) | h1::Error::Invalid(_))) => {
                 self.count("broken");
                 Err(PostError::Broken)
             }
             Ok(Ok(resp)) => {
-                self.count(status_class(resp.status()));
+                self.count(status_class(resp.status));
                 Ok(resp)
             }
         }
@@ -135,53 +135,39 @@ impl Transport {
         session: &SessionWire,
         body: &Value,
     ) -> Result<(Reply, Option<String>), PostError> {
-        let bytes = Bytes::from(serde_json::to_vec(body).map_err(|_| PostError::Invalid("encode"))?);
-        let req = self
-            .request(Method::POST, session)
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(Full::new(bytes))
-            .map_err(|_| PostError::Invalid("request"))?;
-        let resp = self.send(req).await?;
-        let session_id =
-            resp.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_string);
+        let bytes = serde_json::to_vec(body).map_err(|_| PostError::Invalid("encode"))?;
+        let headers = [("accept", ACCEPT_BOTH), ("content-type", "application/json")];
+        let resp = self.send("POST", session, &headers, &bytes).await?;
+        let session_id = resp.header("mcp-session-id").map(str::to_string);
         let reply = self.reply(resp, session).await?;
         Ok((reply, session_id))
     }
 
-    async fn reply(&self, resp: http::Response<Incoming>, session: &SessionWire) -> Result<Reply, PostError> {
-        let status = resp.status();
-        if status == StatusCode::ACCEPTED {
+    async fn reply(&self, resp: h1::Response, session: &SessionWire) -> Result<Reply, PostError> {
+        let status = resp.status;
+        if status == 202 {
             return Ok(Reply::Accepted);
         }
-        if status == StatusCode::NOT_FOUND && session.id.is_some() {
+        if status == 404 && session.id.is_some() {
             return Err(PostError::SessionGone);
         }
-        let is_sse = content_type(&resp).starts_with("text/event-stream");
-        if status.is_success() && is_sse {
-            return Ok(Reply::Stream(Box::new(EventStream::new(
-                self.clone(),
-                session.clone(),
-                resp.into_body(),
-            ))));
+        let success = (200..300).contains(&status);
+        if success && content_type(&resp).starts_with("text/event-stream") {
+            return Ok(Reply::Stream(Box::new(EventStream::new(self.clone(), session.clone(), resp.body))));
         }
-        let is_json = content_type(&resp).starts_with("application/json");
-        if !is_json {
-            return Err(if status.is_success() {
-                PostError::Invalid("content type")
-            } else {
-                PostError::Status(status.as_u16())
-            });
+        if !content_type(&resp).starts_with("application/json") {
+            return Err(if success { PostError::Invalid("content type") } else { PostError::Status(status) });
         }
-        let body = self.read_limited(resp.into_body()).await?;
+        let body = self.read_limited(resp.body).await?;
         match serde_json::from_slice::<Value>(&body) {
-            Ok(v) if status.is_success() || v.get("error").is_some() => Ok(Reply::Json(v)),
-            Ok(_) => Err(PostError::Status(status.as_u16())),
-            Err(_) if status.is_success() => Err(PostError::Invalid("json")),
-            Err(_) => Err(PostError::Status(status.as_u16())),
+            Ok(v) if success || v.get("error").is_some() => Ok(Reply::Json(v)),
+            Ok(_) => Err(PostError::Status(status)),
+            Err(_) if success => Err(PostError::Invalid("json")),
+            Err(_) => Err(PostError::Status(status)),
         }
     }
 
-    async fn read_limited(&self, body: Incoming) -> Result<Bytes, PostError> {
+    async fn read_limited(&self, body: h1::Body) -> Result<Bytes, PostError> {
         let limited = Limited::new(body, self.max_response);
         match tokio::time::timeout(self.upstream.response_timeout, limited.collect()).await {
             Err(_) => Err(PostError::Timeout),
@@ -197,19 +183,18 @@ impl Transport {
         session: &SessionWire,
         last_event_id: Option<&str>,
     ) -> Result<EventStream, PostError> {
-        let mut b = self.request(Method::GET, session).header(header::ACCEPT, "text/event-stream");
-        if let Some(id) = last_event_id {
-            b = b.header("last-event-id", id);
-        }
-        let req = b.body(Full::new(Bytes::new())).map_err(|_| PostError::Invalid("request"))?;
-        let resp = self.send(req).await?;
-        match resp.status() {
-            s if s.is_success() && content_type(&resp).starts_with("text/event-stream") => {
-                Ok(EventStream::new(self.clone(), session.clone(), resp.into_body()))
+        let accept = ("accept", "text/event-stream");
+        let resp = match last_event_id {
+            Some(id) => self.send("GET", session, &[accept, ("last-event-id", id)], b"").await?,
+            None => self.send("GET", session, &[accept], b"").await?,
+        };
+        match resp.status {
+            200..=299 if content_type(&resp).starts_with("text/event-stream") => {
+                Ok(EventStream::new(self.clone(), session.clone(), resp.body))
             }
-            StatusCode::NOT_FOUND => Err(PostError::SessionGone),
-            s if s.is_success() => Err(PostError::Invalid("content type")),
-            s => Err(PostError::Status(s.as_u16())),
+            404 => Err(PostError::SessionGone),
+            200..=299 => Err(PostError::Invalid("content type")),
+            s => Err(PostError::Status(s)),
         }
     }
 
@@ -218,13 +203,13 @@ impl Transport {
         if session.id.is_none() {
             return;
         }
-        if let Ok(req) = self.request(Method::DELETE, session).body(Full::new(Bytes::new())) {
-            let _ = self.send(req).await;
+        if let Ok(resp) = self.send("DELETE", session, &[("accept", ACCEPT_BOTH)], b"").await {
+            let _ = self.read_limited(resp.body).await;
         }
     }
 }
 
-fn rustls_config() -> rustls::ClientConfig {
+pub(super) fn rustls_config() -> rustls::ClientConfig {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
@@ -234,12 +219,12 @@ fn rustls_config() -> rustls::ClientConfig {
         .with_no_client_auth()
 }
 
-fn content_type(resp: &http::Response<Incoming>) -> &str {
-    resp.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("")
+fn content_type(resp: &h1::Response) -> &str {
+    resp.header("content-type").unwrap_or("")
 }
 
-fn status_class(s: StatusCode) -> &'static str {
-    match s.as_u16() {
+fn status_class(s: u16) -> &'static str {
+    match s {
         404 => "404",
         200..=299 => "2xx",
         400..=499 => "4xx",
@@ -259,7 +244,7 @@ pub enum StreamEnd {
 const MAX_RESUMES: u32 = 5;
 const MAX_RETRY: Duration = Duration::from_secs(5);
 
-type Body = EventLimited<Incoming>;
+type Body = EventLimited<h1::Body>;
 
 /// JSON-RPC messages read from an upstream SSE stream; when the upstream closes
 /// the stream after having sent event ids, it is resumed with `Last-Event-ID`.
@@ -274,7 +259,7 @@ pub struct EventStream {
 }
 
 impl EventStream {
-    fn new(transport: Transport, session: SessionWire, body: Incoming) -> EventStream {
+    fn new(transport: Transport, session: SessionWire, body: h1::Body) -> EventStream {
         let limit = transport.max_response;
         EventStream {
             transport,
