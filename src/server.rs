@@ -205,15 +205,14 @@ impl Gateway {
         let (reply, answer) = Reply::new(crate::guard::accepts_sse(&caller.headers));
         let method = call.method.as_str();
         let gateway = self.clone();
-        // The call runs in its own task so that a client going away is noticed
-        // (and the upstream told to cancel) instead of the work being dropped.
         // Boxed: the call's future is large, and a parked call keeps it alive.
-        tokio::spawn(Box::pin(async move {
+        let work: Work = Box::pin(async move {
             let outcome = gateway.legacy.serve(route.clone(), call, caller, reply).await;
             gateway.count(&route, method, outcome, started);
             drop(permit);
-        }));
-        match answer.await {
+        });
+        let answer = Inline { work: Some(work), answer }.await;
+        match answer {
             Ok(resp) => resp,
             Err(_) => reply::json_response(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -289,5 +288,50 @@ pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener, stop: Cancellat
     drop(listener);
     if tokio::time::timeout(GRACE, graceful.shutdown()).await.is_err() {
         tracing::warn!(?kind, "connections still open after the grace period");
+    }
+}
+
+type Work = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Runs a call in the handler's own task until its answer is ready: a call
+/// answered with one JSON body costs no task of its own. Once the answer is an
+/// SSE stream (the call goes on writing it), or if the handler is dropped
+/// because the client left, the call moves to a task of its own, where it
+/// notices the client is gone and cancels upstream rather than being dropped
+/// mid-flight.
+struct Inline {
+    work: Option<Work>,
+    answer: tokio::sync::oneshot::Receiver<Response<Body>>,
+}
+
+impl std::future::Future for Inline {
+    type Output = Result<Response<Body>, tokio::sync::oneshot::error::RecvError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        if let Some(work) = self.work.as_mut() {
+            if work.as_mut().poll(cx).is_ready() {
+                self.work = None;
+            }
+        }
+        let answer = std::pin::Pin::new(&mut self.answer).poll(cx);
+        if answer.is_ready() {
+            if let Some(work) = self.work.take() {
+                tokio::spawn(work);
+            }
+        }
+        answer
+    }
+}
+
+impl Drop for Inline {
+    fn drop(&mut self) {
+        if let Some(work) = self.work.take() {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(work);
+            }
+        }
     }
 }
