@@ -116,7 +116,7 @@ pub async fn read_answer(
         UpReply::Accepted => (Done::Failed(Error::UpstreamInvalid("202 to a request")), None),
         UpReply::Stream(post) => {
             let mut streams = Streams { post, get };
-            let done = read_stream(flight, &mut streams, reply).await;
+            let done = Box::pin(read_stream(flight, &mut streams, reply)).await;
             (done, Some(streams))
         }
     }

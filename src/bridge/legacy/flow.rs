@@ -246,7 +246,7 @@ impl Legacy {
             return Err(self.rejected(cx, state::Rejected::FlowLost));
         };
         let key = Self::key(cx.route, cx.call, cx.caller);
-        let init = match self.pool.acquire(transport, key.clone()).await {
+        let init = match self.pool.acquire(transport, &key).await {
             Ok(s) => s.init.clone(),
             Err(_) => Arc::new(json!({})),
         };

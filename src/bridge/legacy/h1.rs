@@ -123,7 +123,7 @@ impl Client {
         let message = self.encode(method, headers, body)?;
         let mut conn = match self.checkout() {
             Some(conn) => conn,
-            None => self.connect().await?,
+            None => Box::pin(self.connect()).await?, // boxed: the TLS handshake is large
         };
         conn.io.write_all(&message).await.map_err(Error::NotSent)?;
         read_head(conn, self.shared.clone()).await

@@ -181,9 +181,11 @@ impl Legacy {
         mut reply: Reply,
     ) -> &'static str {
         let done = match call.method {
-            Method::Discover => self.discover(&route, &call, &caller).await,
-            Method::SubscriptionsListen => return self.listen(&route, &call, &caller, reply).await,
-            _ => self.forward(&route, &call, &caller, &mut reply).await,
+            // Rare paths are boxed: the common path's future stays small
+            // (it is moved into a box for every request, and kept while parked).
+            Method::Discover => Box::pin(self.discover(&route, &call, &caller)).await,
+            Method::SubscriptionsListen => return Box::pin(self.listen(&route, &call, &caller, reply)).await,
+            _ => self.try_forward(&route, &call, &caller, &mut reply).await.unwrap_or_else(Done::Failed),
         };
         let (status, body, outcome) = match done {
             Done::Result(result) => {
@@ -219,7 +221,7 @@ impl Legacy {
             self.discover.get(&cache_key).filter(|e| e.0.elapsed() < route.discover_ttl).map(|e| e.1.clone());
         let init = match cached {
             Some(init) => init,
-            None => match self.pool.acquire(&self.transports[&route.path], key).await {
+            None => match self.pool.acquire(&self.transports[&route.path], &key).await {
                 Ok(session) => {
                     self.discover.insert(cache_key, (Instant::now(), session.init.clone()));
                     session.init.clone()
@@ -228,13 +230,6 @@ impl Legacy {
             },
         };
         Done::Result(translate::discover(route, &init, SUPPORTED_VERSIONS))
-    }
-
-    async fn forward(&self, route: &Route, call: &Call, caller: &Caller, reply: &mut Reply) -> Done {
-        match self.try_forward(route, call, caller, reply).await {
-            Ok(done) => done,
-            Err(e) => Done::Failed(e),
-        }
     }
 
     /// The session a call runs on: the pooled one, or, for a call that
@@ -247,11 +242,11 @@ impl Legacy {
         call: &Call,
     ) -> Result<(Arc<Session>, Option<Exclusive>), Error> {
         if call.method.allows_input() && call.meta.declares("roots") {
-            let session = self.pool.open_exclusive(transport, key.clone()).await?;
+            let session = Box::pin(self.pool.open_exclusive(transport, key.clone())).await?;
             let guard = Exclusive::new(self.pool.clone(), session.clone());
             return Ok((session, Some(guard)));
         }
-        Ok((self.pool.acquire(transport, key.clone()).await?, None))
+        Ok((self.pool.acquire(transport, key).await?, None))
     }
 
     async fn try_forward(
@@ -265,7 +260,7 @@ impl Legacy {
         let cx = Ctx { route, call, caller };
         let mut book = None;
         if let Some(blob) = call.params.get("requestState") {
-            match self.resume(cx, blob, reply).await? {
+            match Box::pin(self.resume(cx, blob, reply)).await? {
                 Resumed::Done(done) => return Ok(done),
                 Resumed::Reissue => {}
                 Resumed::Replay(answers) => book = Some(answers),
@@ -286,7 +281,7 @@ impl Legacy {
         loop {
             let wire = pinned.clone().unwrap_or_else(|| session.wire.clone());
             let get = match exclusive {
-                Some(_) => transport.get_stream(&wire, None).await.ok().map(Box::new),
+                Some(_) => Box::pin(transport.get_stream(&wire, None)).await.ok().map(Box::new),
                 None => None,
             };
             let upstream_id = session.mint_id();
@@ -328,9 +323,9 @@ impl Legacy {
                     };
                     let done = Done::Input(questions);
                     if replay {
-                        return Ok(self.conclude_replay(cx, flow, done, &book, reply).await);
+                        return Ok(Box::pin(self.conclude_replay(cx, flow, done, &book, reply)).await);
                     }
-                    return Ok(self.conclude(cx, None, flow, done, reply).await);
+                    return Ok(Box::pin(self.conclude(cx, None, flow, done, reply)).await);
                 }
                 Err(PostError::SessionGone) if pinned.is_some() => {
                     return Err(cursor::expired());

@@ -35,12 +35,13 @@ impl Pool {
     }
 
     /// The pooled session for `key`, opened on first use.
-    pub async fn acquire(&self, transport: &Transport, key: PoolKey) -> Result<Arc<Session>, Error> {
-        let slot = self.slot(&key)?;
-        let session = match slot.cell.get_or_try_init(|| self.open(transport, key.clone())).await {
+    pub async fn acquire(&self, transport: &Transport, key: &PoolKey) -> Result<Arc<Session>, Error> {
+        let slot = self.slot(key)?;
+        let open = || Box::pin(self.open(transport, key.clone()));
+        let session = match slot.cell.get_or_try_init(open).await {
             Ok(s) => s.clone(),
             Err(e) => {
-                self.forget_unopened(&key, &slot);
+                self.forget_unopened(key, &slot);
                 return Err(e);
             }
         };
@@ -228,7 +229,7 @@ mod tests {
                 capabilities: "{}".into(),
                 version: "2026-07-28".into(),
             };
-            assert!(pool.acquire(&transport, key).await.is_err());
+            assert!(pool.acquire(&transport, &key).await.is_err());
         }
         assert!(pool.is_empty(), "failed opens must not fill the pool");
     }

@@ -66,7 +66,7 @@ impl Cache {
         let tools = match cached {
             Some(t) => t,
             None => {
-                let Some(t) = fetch(session, timeout).await else {
+                let Some(t) = Box::pin(fetch(session, timeout)).await else {
                     tracing::warn!(route = %session.key.route, "could not list tools to check Mcp-Param headers");
                     return Ok(());
                 };
