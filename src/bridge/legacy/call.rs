@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
@@ -45,28 +46,62 @@ pub struct InFlight<'a> {
     pub metrics: &'a Metrics,
 }
 
-/// The legacy request for a modern call: minted id and progress token,
-/// modern-only `_meta` keys left out, the rest of `_meta` passed through.
-pub fn upstream_request(call: &Call, params: &Map<String, Value>, id: u64, token: Option<&Value>) -> Value {
-    // Built by hand, copying `params` once (`json!` would copy it again).
-    let mut out: Map<String, Value> = params
-        .iter()
-        .filter(|(k, _)| *k != "inputResponses" && *k != "requestState")
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    let mut meta = call.meta.passthrough.clone();
-    if let Some(t) = token {
-        meta.insert("progressToken".into(), t.clone());
+/// The legacy request for a modern call: minted id and progress token, the
+/// upstream's own cursor in place of the sealed one, modern-only params and
+/// `_meta` keys left out, the rest of `_meta` passed through. Serialised
+/// straight from the call, without copying its params.
+pub struct UpstreamRequest<'a> {
+    pub call: &'a Call,
+    /// The upstream's cursor, replacing the sealed `params.cursor`.
+    pub cursor: Option<&'a Value>,
+    pub id: u64,
+    pub progress_token: Option<&'a Value>,
+}
+
+impl Serialize for UpstreamRequest<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(4))?;
+        m.serialize_entry("jsonrpc", "2.0")?;
+        m.serialize_entry("id", &self.id)?;
+        m.serialize_entry("method", self.call.method.as_str())?;
+        m.serialize_entry("params", &UpstreamParams(self))?;
+        m.end()
     }
-    if !meta.is_empty() {
-        out.insert("_meta".into(), Value::Object(meta));
+}
+
+struct UpstreamParams<'a>(&'a UpstreamRequest<'a>);
+
+impl Serialize for UpstreamParams<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let r = self.0;
+        let mut m = s.serialize_map(None)?;
+        for (k, v) in &r.call.params {
+            match (k.as_str(), r.cursor) {
+                ("inputResponses" | "requestState", _) => {}
+                ("cursor", Some(upstream)) => m.serialize_entry(k, upstream)?,
+                _ => m.serialize_entry(k, v)?,
+            }
+        }
+        if r.progress_token.is_some() || !r.call.meta.passthrough.is_empty() {
+            m.serialize_entry("_meta", &UpstreamMeta(r))?;
+        }
+        m.end()
     }
-    let mut msg = Map::new();
-    msg.insert("jsonrpc".into(), Value::from("2.0"));
-    msg.insert("id".into(), Value::from(id));
-    msg.insert("method".into(), Value::from(call.method.as_str()));
-    msg.insert("params".into(), Value::Object(out));
-    Value::Object(msg)
+}
+
+struct UpstreamMeta<'a>(&'a UpstreamRequest<'a>);
+
+impl Serialize for UpstreamMeta<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        for (k, v) in &self.0.call.meta.passthrough {
+            m.serialize_entry(k, v)?;
+        }
+        if let Some(token) = self.0.progress_token {
+            m.serialize_entry("progressToken", token)?;
+        }
+        m.end()
+    }
 }
 
 /// Sends the call upstream, minding the client meanwhile: keep-alives if the
@@ -75,7 +110,7 @@ pub fn upstream_request(call: &Call, params: &Map<String, Value>, id: u64, token
 /// `Err`: the call is over (cancelled); `Ok`: the transport's outcome.
 pub async fn post_call(
     flight: &InFlight<'_>,
-    request: &Value,
+    request: &UpstreamRequest<'_>,
     reply: &mut Reply,
 ) -> Result<Result<(UpReply, Option<String>), PostError>, Done> {
     let post = flight.session.transport.post(flight.wire, request);

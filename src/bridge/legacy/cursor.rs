@@ -2,7 +2,7 @@
 //! upstream session that issued it (legacy cursors may be session-bound), so
 //! the next page goes to that session, from any replica sharing the keys.
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::transport::SessionWire;
 use super::Caller;
@@ -36,16 +36,15 @@ pub fn expired() -> Error {
     invalid("cursor_expired")
 }
 
-/// Replaces a sealed `params.cursor` with the upstream's own, and returns the
-/// session that must serve the page. `None` when there is no cursor.
+/// Opens a sealed `params.cursor`: the session that must serve the page and
+/// the upstream's own cursor. `None` when there is no cursor.
 pub fn open(
     sealer: &Sealer,
     route: &Route,
     call: &Call,
     caller: &Caller,
-    params: &mut Map<String, Value>,
-) -> Result<Option<SessionWire>, Error> {
-    let Some(cursor) = params.get("cursor") else {
+) -> Result<Option<(SessionWire, Value)>, Error> {
+    let Some(cursor) = call.params.get("cursor") else {
         return Ok(None);
     };
     let Value::String(cursor) = cursor else {
@@ -54,9 +53,9 @@ pub fn open(
     let raw = sealer.open(&aad(route, call, caller), cursor).map_err(|e| invalid(e.reason()))?;
     let payload: Value = serde_json::from_slice(&raw).map_err(|_| invalid("malformed"))?;
     let upstream_cursor = payload.get("c").cloned().ok_or(invalid("malformed"))?;
-    params.insert("cursor".into(), upstream_cursor);
-    Ok(Some(SessionWire {
+    let wire = SessionWire {
         id: payload.get("s").and_then(Value::as_str).map(str::to_string),
         version: payload.get("v").and_then(Value::as_str).map(str::to_string),
-    }))
+    };
+    Ok(Some((wire, upstream_cursor)))
 }

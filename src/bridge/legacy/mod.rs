@@ -270,8 +270,7 @@ impl Legacy {
         let book = book.unwrap_or_default();
         let transport = &self.transports[&route.path];
         let key = Self::key(route, call, caller);
-        let mut params = call.params.clone();
-        let pinned = cursor::open(&self.sealer, route, call, caller, &mut params)?;
+        let pinned = cursor::open(&self.sealer, route, call, caller)?;
         let (mut session, mut exclusive) = self.session_for(transport, &key, call).await?;
         if call.method == Method::ToolsCall {
             self.tool_headers.check(&session, call, caller, route.upstream.response_timeout).await?;
@@ -279,14 +278,19 @@ impl Legacy {
         let deadline = tokio::time::Instant::now() + route.upstream.call_timeout;
         let mut retried = false;
         loop {
-            let wire = pinned.clone().unwrap_or_else(|| session.wire.clone());
+            let wire = pinned.as_ref().map_or_else(|| session.wire.clone(), |(wire, _)| wire.clone());
             let get = match exclusive {
                 Some(_) => Box::pin(transport.get_stream(&wire, None)).await.ok().map(Box::new),
                 None => None,
             };
             let upstream_id = session.mint_id();
             let token = call.meta.progress_token.as_ref().map(|_| json!(format!("sl-{upstream_id}")));
-            let request = call::upstream_request(call, &params, upstream_id, token.as_ref());
+            let request = call::UpstreamRequest {
+                call,
+                cursor: pinned.as_ref().map(|(_, cursor)| cursor),
+                id: upstream_id,
+                progress_token: token.as_ref(),
+            };
             let flight = InFlight {
                 call,
                 session: &session,

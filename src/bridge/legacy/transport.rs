@@ -130,10 +130,10 @@ impl Transport {
     }
 
     /// POSTs one JSON-RPC message on `session`.
-    pub async fn post(
+    pub async fn post<T: serde::Serialize + ?Sized>(
         &self,
         session: &SessionWire,
-        body: &Value,
+        body: &T,
     ) -> Result<(Reply, Option<String>), PostError> {
         let bytes = serde_json::to_vec(body).map_err(|_| PostError::Invalid("encode"))?;
         let headers = [("accept", ACCEPT_BOTH), ("content-type", "application/json")];
