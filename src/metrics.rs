@@ -16,7 +16,7 @@ pub const DURATION_BUCKETS: [f64; 14] =
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     pub route: String,
-    pub method: String,
+    pub method: &'static str,
     pub generation: &'static str,
     pub outcome: &'static str,
 }
@@ -24,7 +24,7 @@ pub struct RequestLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MethodLabels {
     pub route: String,
-    pub method: String,
+    pub method: std::borrow::Cow<'static, str>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -163,7 +163,7 @@ mod tests {
         m.requests
             .get_or_create(&RequestLabels {
                 route: "/mcp".into(),
-                method: "tools/call".into(),
+                method: "tools/call",
                 generation: "modern",
                 outcome: "ok",
             })

@@ -92,13 +92,18 @@ impl Reply {
     }
 
     /// The final message: the JSON body with `status`, or the last SSE event.
-    pub async fn finish(mut self, status: StatusCode, message: &Value) {
+    pub async fn finish(self, status: StatusCode, message: &Value) {
+        self.finish_raw(status, serde_json::to_vec(message).expect("Value serialises")).await
+    }
+
+    /// [`Reply::finish`] with the message already serialised.
+    pub async fn finish_raw(mut self, status: StatusCode, message: Vec<u8>) {
         match std::mem::replace(&mut self.state, State::Done) {
             State::Pending(tx) => {
-                let _ = tx.send(json_response(status, message));
+                let _ = tx.send(json_bytes_response(status, message));
             }
             State::Streaming(tx) => {
-                let _ = tx.send(sse_event(message)).await;
+                let _ = tx.send(sse_event_bytes(&message)).await;
             }
             State::Done => {}
         }
@@ -124,9 +129,13 @@ impl Reply {
 }
 
 pub fn sse_event(message: &Value) -> Bytes {
-    let mut out = Vec::with_capacity(128);
+    sse_event_bytes(&serde_json::to_vec(message).expect("Value serialises"))
+}
+
+fn sse_event_bytes(message: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(message.len() + 24);
     out.extend_from_slice(b"event: message\ndata: ");
-    serde_json::to_writer(&mut out, message).expect("Value serialises");
+    out.extend_from_slice(message);
     out.extend_from_slice(b"\n\n");
     Bytes::from(out)
 }
@@ -136,7 +145,10 @@ const RETRY_AFTER_SECONDS: &str = "1";
 
 /// A JSON answer; 503 and 429 always say when to retry.
 pub fn json_response(status: StatusCode, message: &Value) -> Response<Body> {
-    let body = serde_json::to_vec(message).expect("Value serialises");
+    json_bytes_response(status, serde_json::to_vec(message).expect("Value serialises"))
+}
+
+fn json_bytes_response(status: StatusCode, body: Vec<u8>) -> Response<Body> {
     let mut resp = Response::new(full(body));
     *resp.status_mut() = status;
     let headers = resp.headers_mut();

@@ -92,17 +92,12 @@ impl Gateway {
         }
     }
 
-    fn count(&self, route: &Route, method: &str, outcome: &'static str, started: Instant) {
-        let labels = RequestLabels {
-            route: route.path.clone(),
-            method: method.to_string(),
-            generation: "modern",
-            outcome,
-        };
+    fn count(&self, route: &Route, method: &'static str, outcome: &'static str, started: Instant) {
+        let labels = RequestLabels { route: route.path.clone(), method, generation: "modern", outcome };
         self.metrics.requests.get_or_create(&labels).inc();
         self.metrics
             .request_duration
-            .get_or_create(&MethodLabels { route: route.path.clone(), method: method.to_string() })
+            .get_or_create(&MethodLabels { route: route.path.clone(), method: method.into() })
             .observe(started.elapsed().as_secs_f64());
         tracing::debug!(
             target: "sessionless::access",

@@ -72,6 +72,14 @@ impl Method {
         }
     }
 
+    /// List methods: their results may carry `nextCursor`.
+    pub fn paginated(self) -> bool {
+        matches!(
+            self,
+            Method::ToolsList | Method::PromptsList | Method::ResourcesList | Method::ResourcesTemplatesList
+        )
+    }
+
     /// Methods whose results may be `input_required` (MRTR).
     pub fn allows_input(self) -> bool {
         matches!(self, Method::ToolsCall | Method::PromptsGet | Method::ResourcesRead)

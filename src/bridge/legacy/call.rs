@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
@@ -21,6 +22,10 @@ pub enum Done {
     Failed(Error),
     /// The client went away; the upstream was told to cancel.
     Cancelled,
+    /// The upstream's result as JSON text, not yet shaped for the client.
+    Raw(Box<RawValue>),
+    /// The modern result as JSON text, shaped ([`super::Legacy::shape`]).
+    Text(String),
     /// The upstream asked questions the client must answer (JSON-RPC requests,
     /// as the upstream sent them); the stream is paused, not finished.
     Input(Vec<Value>),
@@ -143,6 +148,12 @@ pub async fn read_answer(
     reply: &mut Reply,
 ) -> (Done, Option<Streams>) {
     match answer {
+        UpReply::Result { id, result } if id == flight.upstream_id => (Done::Raw(result), None),
+        UpReply::Result { id, result } => {
+            let done = json_answer(super::transport::result_message(id, &result), flight.upstream_id)
+                .unwrap_or(Done::Failed(Error::UpstreamInvalid("unexpected JSON answer")));
+            (done, None)
+        }
         UpReply::Json(msg) => {
             let done = json_answer(msg, flight.upstream_id)
                 .unwrap_or(Done::Failed(Error::UpstreamInvalid("unexpected JSON answer")));
@@ -381,14 +392,16 @@ fn forwardable(flight: &InFlight<'_>, mut msg: Value) -> Option<Value> {
 async fn answer_server_request(flight: &InFlight<'_>, msg: &Value) {
     let method = respond_upstream(flight.session, flight.wire, msg).await;
     if method != "ping" {
-        let known = matches!(method, "elicitation/create" | "sampling/createMessage" | "roots/list");
+        let label = match method {
+            "elicitation/create" => "elicitation/create",
+            "sampling/createMessage" => "sampling/createMessage",
+            "roots/list" => "roots/list",
+            _ => "other",
+        };
         flight
             .metrics
             .upstream_requests_declined
-            .get_or_create(&MethodLabels {
-                route: flight.session.key.route.clone(),
-                method: if known { method.to_string() } else { "other".into() },
-            })
+            .get_or_create(&MethodLabels { route: flight.session.key.route.clone(), method: label.into() })
             .inc();
     }
 }
@@ -418,6 +431,9 @@ pub async fn simple_request(
             .map_err(|e| super::map_post_error(e, true))?;
         let done = match answer {
             UpReply::Json(msg) => json_answer(msg, id),
+            UpReply::Result { id: got, result } => {
+                json_answer(super::transport::result_message(got, &result), id)
+            }
             UpReply::Accepted => None,
             UpReply::Stream(mut stream) => loop {
                 let msg = stream.next().await.map_err(|_| Error::OutcomeUnknown)?;

@@ -75,7 +75,7 @@ impl ParkedFlow {
                 .upstream_requests_declined
                 .get_or_create(&MethodLabels {
                     route: self.session.key.route.clone(),
-                    method: question.method,
+                    method: question.method.into(),
                 })
                 .inc();
         }
@@ -392,7 +392,7 @@ impl Legacy {
             .mrtr_rounds
             .get_or_create(&MethodLabels {
                 route: cx.route.path.clone(),
-                method: cx.call.method.as_str().to_string(),
+                method: cx.call.method.as_str().into(),
             })
             .inc();
     }

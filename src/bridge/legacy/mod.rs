@@ -204,7 +204,11 @@ impl Legacy {
                 let _ = reply.relay(response);
                 return "forwarded";
             }
-            Done::Input(_) => (
+            Done::Text(result) => {
+                reply.finish_raw(StatusCode::OK, result_response(&call.id, &result)).await;
+                return "ok";
+            }
+            Done::Input(_) | Done::Raw(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 error_body(Some(&call.id), &Error::Internal("unparked questions".into()), SUPPORTED_VERSIONS),
                 "internal",
@@ -351,6 +355,20 @@ impl Legacy {
     fn shape(&self, cx: Ctx<'_>, session: &Session, wire: &SessionWire, done: Done) -> Done {
         let mut result = match done {
             Done::Result(result) => result,
+            Done::Raw(raw) => {
+                // Lists may need their cursor sealed and tools/list is learnt
+                // from: those take the tree. Other results only gain keys.
+                if !cx.call.method.paginated() {
+                    if let Some(text) = translate::result_text(cx.call.method, cx.route, &session.init, &raw)
+                    {
+                        return Done::Text(text);
+                    }
+                }
+                match serde_json::from_str::<serde_json::Map<String, Value>>(raw.get()) {
+                    Ok(result) => result,
+                    Err(_) => return Done::Failed(Error::UpstreamInvalid("result is not an object")),
+                }
+            }
             Done::Failed(Error::Upstream { code, data, .. })
                 if code == crate::error::code::URL_ELICITATION_REQUIRED =>
             {
@@ -367,6 +385,17 @@ impl Legacy {
         }
         Done::Result(translate::result(cx.call.method, cx.route, &session.init, result))
     }
+}
+
+/// `{"jsonrpc":"2.0","id":…,"result":…}` around a result already in JSON text.
+fn result_response(id: &Value, result: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(result.len() + 48);
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    serde_json::to_writer(&mut out, id).expect("an id serialises");
+    out.extend_from_slice(b",\"result\":");
+    out.extend_from_slice(result.as_bytes());
+    out.push(b'}');
+    out
 }
 
 /// 128 random bits, hex: flow ids and instance ids.

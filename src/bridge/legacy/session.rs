@@ -84,6 +84,7 @@ impl Session {
             transport.post(&SessionWire::default(), &request).await.map_err(InitError::Post)?;
         let response = match reply {
             Reply::Json(v) => v,
+            Reply::Result { id, result } => super::transport::result_message(id, &result),
             Reply::Stream(mut s) => loop {
                 match s.next().await {
                     Ok(v) if v.get("id") == Some(&json!(0)) => break v,

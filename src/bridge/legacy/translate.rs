@@ -1,6 +1,8 @@
 //! Legacy → modern shapes: results gain `resultType`, `serverInfo` and cache
 //! fields; legacy error codes are mapped; capabilities lose legacy-only parts.
 
+use serde::de::IgnoredAny;
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use crate::config::Route;
@@ -26,6 +28,51 @@ pub fn result(
         result.entry("cacheScope").or_insert_with(|| json!(route.cache_scope.as_str()));
     }
     result
+}
+
+/// [`result`] for a result kept as JSON text: the keys are added in front of
+/// the upstream's own, without building a tree. `None` when the result must
+/// take the tree path: it is not an object, it has a `_meta` or `resultType`
+/// of its own, or it repeats a key the gateway may set. Other keys pass as
+/// the upstream wrote them.
+pub fn result_text(method: Method, route: &Route, init: &Value, raw: &RawValue) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Keys {
+        #[serde(rename = "_meta")]
+        meta: Option<IgnoredAny>,
+        result_type: Option<IgnoredAny>,
+        ttl_ms: Option<IgnoredAny>,
+        cache_scope: Option<IgnoredAny>,
+    }
+    let text = raw.get();
+    let rest = text.strip_prefix('{')?.trim_start();
+    let keys: Keys = serde_json::from_str(text).ok()?;
+    if keys.meta.is_some() || keys.result_type.is_some() {
+        return None;
+    }
+    let mut out = String::with_capacity(text.len() + 160);
+    out.push_str(r#"{"resultType":"complete""#);
+    if let Some(info) = init.get("serverInfo") {
+        out.push_str(r#","_meta":{""#);
+        out.push_str(SERVER_INFO);
+        out.push_str(r#"":"#);
+        out.push_str(&info.to_string());
+        out.push('}');
+    }
+    if method.cacheable() {
+        if keys.ttl_ms.is_none() {
+            out.push_str(&format!(r#","ttlMs":{}"#, route.ttl_ms));
+        }
+        if keys.cache_scope.is_none() {
+            out.push_str(&format!(r#","cacheScope":"{}""#, route.cache_scope.as_str()));
+        }
+    }
+    if !rest.starts_with('}') {
+        out.push(',');
+    }
+    out.push_str(rest);
+    Some(out)
 }
 
 /// An `input_required` result: no cache fields, `serverInfo` as on every result.
@@ -103,6 +150,35 @@ mod tests {
         assert_eq!(r["_meta"][SERVER_INFO]["name"], "up");
         let r = result(Method::ToolsCall, &route(), &init, Map::new());
         assert!(!r.contains_key("ttlMs"));
+    }
+
+    #[test]
+    fn text_results_match_tree_results() {
+        let init = json!({"serverInfo": {"name": "up\"q", "version": "1"}});
+        for (method, result) in [
+            (Method::ToolsCall, r#"{"content":[{"type":"text","text":"hi"}],"isError":false}"#),
+            (Method::ToolsCall, "{}"),
+            (Method::ToolsCall, " { } "),
+            (Method::ResourcesRead, r#"{"contents":[]}"#),
+            (Method::ResourcesRead, r#"{"contents":[],"ttlMs":5}"#),
+        ] {
+            let raw = RawValue::from_string(result.trim().to_string()).unwrap();
+            let text = result_text(method, &route(), &init, &raw).expect(result);
+            let tree = super::result(method, &route(), &init, serde_json::from_str(result).unwrap());
+            assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), Value::Object(tree), "{result}");
+        }
+        let no_info = result_text(
+            Method::ToolsCall,
+            &route(),
+            &json!({}),
+            &RawValue::from_string("{}".into()).unwrap(),
+        );
+        assert_eq!(no_info.as_deref(), Some(r#"{"resultType":"complete"}"#));
+        for tree_only in [r#"{"_meta":{"a":1}}"#, r#"{"resultType":"x"}"#, r#"{"ttlMs":1,"ttlMs":2}"#, "[1]"]
+        {
+            let raw = RawValue::from_string(tree_only.to_string()).unwrap();
+            assert!(result_text(Method::ToolsCall, &route(), &init, &raw).is_none(), "{tree_only}");
+        }
     }
 
     #[test]

@@ -10,6 +10,8 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use http_body_util::{BodyExt, Limited};
+use serde::de::IgnoredAny;
+use serde_json::value::RawValue;
 use serde_json::Value;
 use sse_stream::SseStream;
 
@@ -43,6 +45,9 @@ pub enum Reply {
     Accepted,
     /// A single JSON message (possibly a JSON-RPC error on an HTTP error status).
     Json(Value),
+    /// The common answer, a plain success response, with its result kept as
+    /// JSON text: it is passed on without building a tree.
+    Result { id: u64, result: Box<RawValue> },
     /// An SSE stream of messages.
     Stream(Box<EventStream>),
 }
@@ -159,6 +164,11 @@ impl Transport {
             return Err(if success { PostError::Invalid("content type") } else { PostError::Status(status) });
         }
         let body = self.read_limited(resp.body).await?;
+        if success {
+            if let Some((id, result)) = plain_result(&body) {
+                return Ok(Reply::Result { id, result });
+            }
+        }
         match serde_json::from_slice::<Value>(&body) {
             Ok(v) if success || v.get("error").is_some() => Ok(Reply::Json(v)),
             Ok(_) => Err(PostError::Status(status)),
@@ -217,6 +227,30 @@ pub(super) fn rustls_config() -> rustls::ClientConfig {
         .expect("ring supports the default protocol versions")
         .with_root_certificates(roots)
         .with_no_client_auth()
+}
+
+/// `{"jsonrpc":"2.0","id":N,"result":{…}}` with no `error` or `method`: the
+/// id and the result's text. Anything else is read as a [`Value`].
+fn plain_result(body: &[u8]) -> Option<(u64, Box<RawValue>)> {
+    #[derive(serde::Deserialize)]
+    struct Plain<'a> {
+        id: Option<u64>,
+        #[serde(borrow)]
+        result: Option<&'a RawValue>,
+        error: Option<IgnoredAny>,
+        method: Option<IgnoredAny>,
+    }
+    let p: Plain<'_> = serde_json::from_slice(body).ok()?;
+    match (p.id, p.result, p.error, p.method) {
+        (Some(id), Some(r), None, None) if r.get().starts_with('{') => Some((id, r.to_owned())),
+        _ => None,
+    }
+}
+
+/// A plain result answer as a message, for readers that want the tree.
+pub fn result_message(id: u64, result: &RawValue) -> Value {
+    let result = serde_json::from_str::<Value>(result.get()).unwrap_or(Value::Null);
+    serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result})
 }
 
 fn content_type(resp: &h1::Response) -> &str {
