@@ -9,6 +9,11 @@ use clap::{Parser, Subcommand};
 use rand::RngCore;
 use sessionless::config::{Config, DEFAULT_LISTEN};
 
+/// Measured in bench/run.sh: less CPU per request than glibc malloc at a
+/// small cost in resident memory (BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A gateway that lets MCP 2026-07-28 (stateless) clients use legacy,
 /// session-based MCP servers.
 #[derive(Parser, Debug)]
