@@ -359,7 +359,8 @@ impl Legacy {
                 // Lists may need their cursor sealed and tools/list is learnt
                 // from: those take the tree. Other results only gain keys.
                 if !cx.call.method.paginated() {
-                    if let Some(text) = translate::result_text(cx.call.method, cx.route, &session.init, &raw)
+                    if let Some(text) =
+                        translate::result_text(cx.call.method, cx.route, session.server_info.as_deref(), &raw)
                     {
                         return Done::Text(text);
                     }

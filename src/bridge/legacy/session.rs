@@ -28,6 +28,8 @@ pub struct Session {
     pub wire: SessionWire,
     /// The upstream's `InitializeResult`.
     pub init: Arc<Value>,
+    /// `init.serverInfo` as JSON text, added to every result.
+    pub server_info: Option<String>,
     next_id: AtomicU64,
     /// Milliseconds since the pool's epoch when last handed out.
     pub last_used: AtomicU64,
@@ -60,6 +62,7 @@ impl Session {
             key,
             transport: transport.clone(),
             wire,
+            server_info: server_info(&init),
             init,
             // Far from the ids the owner minted on the same upstream session.
             next_id: AtomicU64::new(1 << 40),
@@ -113,11 +116,16 @@ impl Session {
             key,
             transport: transport.clone(),
             wire,
+            server_info: server_info(result),
             init: Arc::new(result.clone()),
             next_id: AtomicU64::new(1),
             last_used: AtomicU64::new(now_ms),
         })
     }
+}
+
+fn server_info(init: &Value) -> Option<String> {
+    init.get("serverInfo").map(Value::to_string)
 }
 
 /// The legacy capabilities to declare for a modern request's capabilities:

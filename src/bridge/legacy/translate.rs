@@ -35,7 +35,13 @@ pub fn result(
 /// take the tree path: it is not an object, it has a `_meta` or `resultType`
 /// of its own, or it repeats a key the gateway may set. Other keys pass as
 /// the upstream wrote them.
-pub fn result_text(method: Method, route: &Route, init: &Value, raw: &RawValue) -> Option<String> {
+/// `server_info` is the upstream's `serverInfo` as JSON text.
+pub fn result_text(
+    method: Method,
+    route: &Route,
+    server_info: Option<&str>,
+    raw: &RawValue,
+) -> Option<String> {
     #[derive(serde::Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Keys {
@@ -53,19 +59,18 @@ pub fn result_text(method: Method, route: &Route, init: &Value, raw: &RawValue) 
     }
     let mut out = String::with_capacity(text.len() + 160);
     out.push_str(r#"{"resultType":"complete""#);
-    if let Some(info) = init.get("serverInfo") {
-        out.push_str(r#","_meta":{""#);
-        out.push_str(SERVER_INFO);
-        out.push_str(r#"":"#);
-        out.push_str(&info.to_string());
-        out.push('}');
+    if let Some(info) = server_info {
+        for part in [r#","_meta":{""#, SERVER_INFO, r#"":"#, info, "}"] {
+            out.push_str(part);
+        }
     }
     if method.cacheable() {
+        use std::fmt::Write;
         if keys.ttl_ms.is_none() {
-            out.push_str(&format!(r#","ttlMs":{}"#, route.ttl_ms));
+            let _ = write!(out, r#","ttlMs":{}"#, route.ttl_ms);
         }
         if keys.cache_scope.is_none() {
-            out.push_str(&format!(r#","cacheScope":"{}""#, route.cache_scope.as_str()));
+            let _ = write!(out, r#","cacheScope":"{}""#, route.cache_scope.as_str());
         }
     }
     if !rest.starts_with('}') {
@@ -163,21 +168,18 @@ mod tests {
             (Method::ResourcesRead, r#"{"contents":[],"ttlMs":5}"#),
         ] {
             let raw = RawValue::from_string(result.trim().to_string()).unwrap();
-            let text = result_text(method, &route(), &init, &raw).expect(result);
+            let info = init["serverInfo"].to_string();
+            let text = result_text(method, &route(), Some(&info), &raw).expect(result);
             let tree = super::result(method, &route(), &init, serde_json::from_str(result).unwrap());
             assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), Value::Object(tree), "{result}");
         }
-        let no_info = result_text(
-            Method::ToolsCall,
-            &route(),
-            &json!({}),
-            &RawValue::from_string("{}".into()).unwrap(),
-        );
+        let empty = RawValue::from_string("{}".into()).unwrap();
+        let no_info = result_text(Method::ToolsCall, &route(), None, &empty);
         assert_eq!(no_info.as_deref(), Some(r#"{"resultType":"complete"}"#));
         for tree_only in [r#"{"_meta":{"a":1}}"#, r#"{"resultType":"x"}"#, r#"{"ttlMs":1,"ttlMs":2}"#, "[1]"]
         {
             let raw = RawValue::from_string(tree_only.to_string()).unwrap();
-            assert!(result_text(Method::ToolsCall, &route(), &init, &raw).is_none(), "{tree_only}");
+            assert!(result_text(Method::ToolsCall, &route(), Some("{}"), &raw).is_none(), "{tree_only}");
         }
     }
 
