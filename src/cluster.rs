@@ -72,7 +72,8 @@ impl Forwarder {
         let uri = format!("http://{owner}{RETRY_PATH}");
         let mut req = Request::post(uri).body(Full::new(body)).map_err(|_| ForwardError::Refused)?;
         let h = req.headers_mut();
-        h.extend(headers.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let mcp = headers.iter().filter(|(k, _)| crate::bridge::legacy::Caller::is_mcp_header(k));
+        h.extend(mcp.map(|(k, v)| (k.clone(), v.clone())));
         h.insert(SECRET_HEADER, self.secret.clone());
         h.insert(ROUTE_HEADER, HeaderValue::from_str(route).map_err(|_| ForwardError::Refused)?);
         h.insert(PRINCIPAL_HEADER, HeaderValue::from_str(principal).map_err(|_| ForwardError::Refused)?);

@@ -138,7 +138,7 @@ impl Gateway {
         self.count_stale_headers(&parts.headers);
         let caller = Caller {
             principal: crate::guard::principal(&parts.headers),
-            headers: Caller::mcp_headers(&parts.headers),
+            headers: parts.headers,
             body,
             forwarded: false,
         };

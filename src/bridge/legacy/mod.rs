@@ -50,8 +50,8 @@ struct Ctx<'a> {
 pub struct Caller {
     /// Digest of the bearer token, or "anonymous".
     pub principal: String,
-    /// The request's MCP headers (`MCP-Protocol-Version`, `Mcp-Method`,
-    /// `Mcp-Name`, `Mcp-Param-*`), `Content-Type` and `Accept`.
+    /// The request's headers. Only the MCP ones ([`Caller::is_mcp_header`])
+    /// ever leave the gateway (to the replica owning a flow); none go upstream.
     pub headers: HeaderMap,
     /// The request body as received (a retry forwarded to its owner replica
     /// carries it unchanged).
@@ -61,16 +61,17 @@ pub struct Caller {
 }
 
 impl Caller {
-    /// The headers of `all` that describe the MCP request (never credentials).
+    /// Headers that describe the MCP request (`MCP-Protocol-Version`,
+    /// `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`), `Content-Type` and `Accept`;
+    /// never credentials, never a stale `Mcp-Session-Id`.
+    pub fn is_mcp_header(name: &http::HeaderName) -> bool {
+        let k = name.as_str();
+        (k.starts_with("mcp-") && k != "mcp-session-id") || k == "content-type" || k == "accept"
+    }
+
+    /// The headers of `all` that describe the MCP request.
     pub fn mcp_headers(all: &HeaderMap) -> HeaderMap {
-        all.iter()
-            .filter(|(k, _)| {
-                let k = k.as_str();
-                k.starts_with("mcp-") || k == "content-type" || k == "accept"
-            })
-            .filter(|(k, _)| k.as_str() != "mcp-session-id")
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
+        all.iter().filter(|(k, _)| Self::is_mcp_header(k)).map(|(k, v)| (k.clone(), v.clone())).collect()
     }
 }
 
@@ -404,4 +405,27 @@ fn random_id() -> String {
     let mut b = [0u8; 16];
     rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut b);
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Caller;
+
+    #[test]
+    fn only_mcp_headers_leave_the_gateway() {
+        for (name, leaves) in [
+            ("mcp-method", true),
+            ("mcp-param-region", true),
+            ("mcp-protocol-version", true),
+            ("content-type", true),
+            ("accept", true),
+            ("mcp-session-id", false),
+            ("authorization", false),
+            ("cookie", false),
+            ("x-api-key", false),
+        ] {
+            let name = http::HeaderName::from_static(name);
+            assert_eq!(Caller::is_mcp_header(&name), leaves, "{name}");
+        }
+    }
 }
