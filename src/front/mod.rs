@@ -136,8 +136,37 @@ pub fn stale_headers(headers: &HeaderMap) -> u64 {
     [headers::SESSION_ID, headers::LAST_EVENT_ID].iter().filter(|h| headers.contains_key(**h)).count() as u64
 }
 
+/// A well-formed request read without a tree for the envelope: `jsonrpc`
+/// and `method` are borrowed from the body. Anything unusual (a missing,
+/// null or odd id, escapes in those strings, a repeated member, a response,
+/// invalid JSON) fails here and takes the general path, which says what is wrong.
+#[derive(serde::Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    jsonrpc: Option<&'a str>,
+    id: Option<Value>,
+    #[serde(borrow)]
+    method: Option<&'a str>,
+    /// Absent is empty; `null` is not an object (and fails here).
+    #[serde(default)]
+    params: Map<String, Value>,
+    result: Option<serde::de::IgnoredAny>,
+    error: Option<serde::de::IgnoredAny>,
+}
+
 /// Parses and validates one POST body with its headers.
 pub fn parse(headers: &HeaderMap, body: &[u8]) -> Result<Message, Rejection> {
+    if let Ok(Envelope {
+        jsonrpc: Some("2.0"),
+        id: Some(id @ (Value::String(_) | Value::Number(_))),
+        method: Some(method),
+        params,
+        result: None,
+        error: None,
+    }) = serde_json::from_slice::<Envelope<'_>>(body)
+    {
+        return validate(headers, Some(id), method, params);
+    }
     let value: Value = serde_json::from_slice(body).map_err(|_| reject(&None, Error::Parse))?;
     let Value::Object(mut obj) = value else {
         let what = if value.is_array() { "batching is not supported" } else { "not an object" };

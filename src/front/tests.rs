@@ -140,3 +140,24 @@ fn log_level_and_progress_token_are_read() {
     let bad = raw.to_string().replace("warning", "loud");
     assert_eq!(rpc_code(&rejected(&h, bad.as_bytes())), code::INVALID_PARAMS);
 }
+
+#[test]
+fn unusual_envelopes_take_the_general_path() {
+    let h = modern_headers("tools/list", None);
+    let meta = r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}"#;
+    // Escapes in the method, a repeated member (the last one counts), other members.
+    for ok in [
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools\/list","params":{meta}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"x","method":"tools/list","params":{meta}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":"a","method":"tools/list","params":{meta},"extra":[1]}}"#),
+    ] {
+        let Message::Call(call) = parse(&h, ok.as_bytes()).expect(&ok) else { panic!("{ok}") };
+        assert_eq!(call.method, Method::ToolsList, "{ok}");
+    }
+    let r = rejected(&h, br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":null}"#);
+    assert_eq!((rpc_code(&r), r.id.clone()), (code::INVALID_PARAMS, Some(json!(1))));
+    let r = rejected(&h, br#"{"jsonrpc":"2.0","id":null,"method":"tools/list","params":{}}"#);
+    assert_eq!((rpc_code(&r), r.id.clone()), (code::INVALID_REQUEST, None));
+    let r = rejected(&h, br#"{"jsonrpc":"1.0","id":2,"method":"tools/list","params":{}}"#);
+    assert_eq!((rpc_code(&r), r.id.clone()), (code::INVALID_REQUEST, Some(json!(2))));
+}
