@@ -274,7 +274,7 @@ pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener, stop: Cancellat
                 }
             }
         });
-        let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+        let conn = builder.serve_connection(TokioIo::new(stream), service);
         let conn = graceful.watch(conn.into_owned());
         tokio::spawn(async move {
             let _ = conn.await;

@@ -53,7 +53,14 @@ pub fn result_text(
     }
     let text = raw.get();
     let rest = text.strip_prefix('{')?.trim_start();
-    let keys: Keys = serde_json::from_str(text).ok()?;
+    // Most results name none of these keys anywhere (and escape nothing that
+    // could spell one): then there is no need to read the keys.
+    let might_have = ["\"_meta\"", "\"resultType\"", "\"ttlMs\"", "\"cacheScope\"", "\\u"];
+    let keys: Keys = if might_have.iter().any(|k| text.contains(k)) {
+        serde_json::from_str(text).ok()?
+    } else {
+        Keys { meta: None, result_type: None, ttl_ms: None, cache_scope: None }
+    };
     if keys.meta.is_some() || keys.result_type.is_some() {
         return None;
     }
@@ -176,8 +183,13 @@ mod tests {
         let empty = RawValue::from_string("{}".into()).unwrap();
         let no_info = result_text(Method::ToolsCall, &route(), None, &empty);
         assert_eq!(no_info.as_deref(), Some(r#"{"resultType":"complete"}"#));
-        for tree_only in [r#"{"_meta":{"a":1}}"#, r#"{"resultType":"x"}"#, r#"{"ttlMs":1,"ttlMs":2}"#, "[1]"]
-        {
+        for tree_only in [
+            r#"{"_meta":{"a":1}}"#,
+            r#"{"resultType":"x"}"#,
+            r#"{"ttlMs":1,"ttlMs":2}"#,
+            r#"{"\u005fmeta":{}}"#,
+            "[1]",
+        ] {
             let raw = RawValue::from_string(tree_only.to_string()).unwrap();
             assert!(result_text(Method::ToolsCall, &route(), Some("{}"), &raw).is_none(), "{tree_only}");
         }
