@@ -220,7 +220,7 @@ impl Gateway {
         for (name, label) in
             [(front::headers::SESSION_ID, "mcp-session-id"), (front::headers::LAST_EVENT_ID, "last-event-id")]
         {
-            if headers.contains_key(name) {
+            if headers.contains_key(&name) {
                 self.metrics.stale_headers_dropped.get_or_create(&HeaderLabels { header: label }).inc();
             }
         }

@@ -2,22 +2,25 @@
 //! checking `Mcp-Param-*` headers against a tool's `x-mcp-header` properties.
 
 use base64::Engine;
-use http::HeaderMap;
+use std::borrow::Cow;
+
+use http::{HeaderMap, HeaderName};
 use serde_json::Value;
 
 use crate::error::Error;
 
-pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
-pub const METHOD: &str = "mcp-method";
-pub const NAME: &str = "mcp-name";
-pub const SESSION_ID: &str = "mcp-session-id";
-pub const LAST_EVENT_ID: &str = "last-event-id";
+// Names, not strings: a lookup by `&str` parses the name every time.
+pub const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+pub const METHOD: HeaderName = HeaderName::from_static("mcp-method");
+pub const NAME: HeaderName = HeaderName::from_static("mcp-name");
+pub const SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+pub const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 const PARAM_PREFIX: &str = "mcp-param-";
 
 /// A header's value as a string, trimmed of optional whitespace.
 /// `Ok(None)` when absent; an error when present but not visible ASCII, or
 /// present more than once (a proxy routing on another copy would disagree).
-pub fn text<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h str>, Error> {
+pub fn text<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Result<Option<&'h str>, Error> {
     let mut values = headers.get_all(name).iter();
     let (first, second) = (values.next(), values.next());
     if second.is_some() {
@@ -34,19 +37,20 @@ pub fn text<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h str>, E
 
 /// Decodes a header value that may use the `=?base64?<b64>?=` sentinel form.
 /// Anything not exactly in that form (lowercase markers) is a literal value.
-pub fn decode_value(raw: &str) -> Result<String, Error> {
+pub fn decode_value(raw: &str) -> Result<Cow<'_, str>, Error> {
     if let Some(inner) = raw.strip_prefix("=?base64?").and_then(|rest| rest.strip_suffix("?=")) {
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(inner)
             .map_err(|_| Error::HeaderMismatch("invalid base64 in header value".into()))?;
         return String::from_utf8(bytes)
+            .map(Cow::Owned)
             .map_err(|_| Error::HeaderMismatch("base64 header value is not UTF-8".into()));
     }
-    Ok(raw.to_string())
+    Ok(Cow::Borrowed(raw))
 }
 
 /// Checks one mirrored header against the body's value: missing or different → -32020.
-pub fn expect_mirror(headers: &HeaderMap, name: &str, body_value: &str) -> Result<(), Error> {
+pub fn expect_mirror(headers: &HeaderMap, name: &HeaderName, body_value: &str) -> Result<(), Error> {
     let Some(raw) = text(headers, name)? else {
         return Err(Error::HeaderMismatch(format!("missing {name} header")));
     };
@@ -82,7 +86,11 @@ pub fn check_param_headers(
     for (header, prop) in annotated {
         let name = format!("{PARAM_PREFIX}{header}");
         let arg = arguments.and_then(|a| a.get(prop)).filter(|v| !v.is_null());
-        let raw = text(headers, &name)?;
+        // A name that cannot be a header is a header that is not there.
+        let raw = match HeaderName::try_from(name) {
+            Ok(name) => text(headers, &name)?,
+            Err(_) => None,
+        };
         match (arg, raw) {
             (None, _) => continue,
             (Some(_), None) => {
@@ -136,17 +144,17 @@ mod tests {
     #[test]
     fn mirrors_are_trimmed_and_case_sensitive() {
         let h = map(&[("mcp-name", "  get_weather ")]);
-        assert!(expect_mirror(&h, NAME, "get_weather").is_ok());
+        assert!(expect_mirror(&h, &NAME, "get_weather").is_ok());
         let h = map(&[("mcp-method", "TOOLS/CALL")]);
-        assert!(expect_mirror(&h, METHOD, "tools/call").is_err());
-        assert!(expect_mirror(&HeaderMap::new(), METHOD, "tools/call").is_err());
+        assert!(expect_mirror(&h, &METHOD, "tools/call").is_err());
+        assert!(expect_mirror(&HeaderMap::new(), &METHOD, "tools/call").is_err());
     }
 
     #[test]
     fn repeated_mirrors_are_refused() {
         let mut h = map(&[("mcp-name", "echo")]);
         h.append("mcp-name", "delete_everything".parse().unwrap());
-        assert!(expect_mirror(&h, NAME, "echo").is_err());
+        assert!(expect_mirror(&h, &NAME, "echo").is_err());
     }
 
     #[test]

@@ -133,7 +133,7 @@ fn reject(id: &Option<Value>, error: Error) -> Rejection {
 /// Counts the stale legacy headers a modern request carried (they are never
 /// forwarded upstream nor echoed; the count feeds a metric).
 pub fn stale_headers(headers: &HeaderMap) -> u64 {
-    [headers::SESSION_ID, headers::LAST_EVENT_ID].iter().filter(|h| headers.contains_key(**h)).count() as u64
+    [headers::SESSION_ID, headers::LAST_EVENT_ID].iter().filter(|h| headers.contains_key(*h)).count() as u64
 }
 
 /// A well-formed request read without a tree for the envelope: `jsonrpc`
@@ -211,7 +211,7 @@ fn validate(
         Some(Value::Object(m)) => m,
         Some(_) => return Err(reject(&id, Error::invalid_params("_meta must be an object"))),
     };
-    let header_version = headers::text(headers, headers::PROTOCOL_VERSION).map_err(|e| reject(&id, e))?;
+    let header_version = headers::text(headers, &headers::PROTOCOL_VERSION).map_err(|e| reject(&id, e))?;
     if header_version.is_none() && !meta_obj.contains_key(meta::PROTOCOL_VERSION) {
         // No modern marker at all: a legacy client. Tell it what we speak.
         if method == "initialize" {
@@ -234,7 +234,7 @@ fn validate(
         let requested = header_version.to_string();
         return Err(reject(&id, Error::UnsupportedVersion { requested }));
     }
-    headers::expect_mirror(headers, headers::METHOD, method).map_err(|e| reject(&id, e))?;
+    headers::expect_mirror(headers, &headers::METHOD, method).map_err(|e| reject(&id, e))?;
     let Some(method) = Method::parse(method) else {
         return Err(reject(&id, Error::MethodNotFound(method.to_string())));
     };
@@ -244,7 +244,7 @@ fn validate(
             let Some(name) = params.get(key).and_then(Value::as_str) else {
                 return Err(reject(&id, Error::invalid_params(format!("missing params.{key}"))));
             };
-            headers::expect_mirror(headers, headers::NAME, name).map_err(|e| reject(&id, e))?;
+            headers::expect_mirror(headers, &headers::NAME, name).map_err(|e| reject(&id, e))?;
             Some(name.to_string())
         }
     };
