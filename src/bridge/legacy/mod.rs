@@ -209,9 +209,10 @@ impl Legacy {
                 reply.finish_raw(StatusCode::OK, result_response(&call.id, &result)).await;
                 return "ok";
             }
+            // Neither reaches here: questions are parked, results are shaped.
             Done::Input(_) | Done::Raw(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
-                error_body(Some(&call.id), &Error::Internal("unparked questions".into()), SUPPORTED_VERSIONS),
+                error_body(Some(&call.id), &Error::Internal("unfinished call".into()), SUPPORTED_VERSIONS),
                 "internal",
             ),
         };

@@ -3,9 +3,8 @@
 //! JSON-RPC messages read from SSE (priming events, ids, `retry`, resumption).
 
 use std::collections::VecDeque;
-use std::time::Duration;
-
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -108,6 +107,7 @@ impl Transport {
             headers[n] = ("mcp-protocol-version", v);
             n += 1;
         }
+        debug_assert!(extra.len() <= headers.len() - n, "room for every header");
         for h in extra.iter().take(headers.len() - n) {
             headers[n] = *h;
             n += 1;
