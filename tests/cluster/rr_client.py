@@ -76,6 +76,10 @@ class Answer:
         return self.status, err.get("code"), (err.get("data") or {}).get("reason")
 
 
+class NotDelivered(Exception):
+    """The connection broke while the request was being sent."""
+
+
 def post(replica: str, path: str, method: str, params: dict[str, Any], name: str | None) -> Answer:
     host, port = replica.rsplit(":", 1)
     body = {
@@ -100,7 +104,12 @@ def post(replica: str, path: str, method: str, params: dict[str, Any], name: str
         headers["mcp-name"] = name
     conn = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT)
     try:
-        conn.request("POST", path, body=json.dumps(body), headers=headers)
+        try:
+            conn.request("POST", path, body=json.dumps(body), headers=headers)
+        except (BrokenPipeError, ConnectionResetError) as e:
+            # Reset while sending: a replica that stopped listening dropped the
+            # connection from its accept queue; the request never arrived.
+            raise NotDelivered(str(e)) from e
         resp = conn.getresponse()
         raw = resp.read().decode("utf-8", "replace")
         return Answer(resp.status, {k.lower(): v for k, v in resp.getheaders()}, raw, replica)
@@ -137,6 +146,11 @@ class Balancer:
                 answer = post(replica, path, method, params, name)
             except ConnectionRefusedError:
                 last = f"{replica} refused the connection"
+                self.failovers.append(last)
+                continue
+            except NotDelivered as e:
+                # What a load balancer retries elsewhere: the request was not sent.
+                last = f"{replica} reset the connection before the request was sent ({e})"
                 self.failovers.append(last)
                 continue
             if answer.status == 503 and "retry-after" in answer.headers:
