@@ -200,7 +200,7 @@ impl Gateway {
         let (reply, answer) = Reply::new(crate::guard::accepts_sse(&caller.headers));
         let method = call.method.as_str();
         let gateway = self.clone();
-        // Boxed: the call's future is large, and a parked call keeps it alive.
+        // Boxed: it may move to a task of its own (`Inline`).
         let work: Work = Box::pin(async move {
             let outcome = gateway.legacy.serve(route.clone(), call, caller, reply).await;
             gateway.count(&route, method, outcome, started);

@@ -1,9 +1,9 @@
 //! MCP request headers: reading them, decoding the `=?base64?…?=` form, and
 //! checking `Mcp-Param-*` headers against a tool's `x-mcp-header` properties.
 
-use base64::Engine;
 use std::borrow::Cow;
 
+use base64::Engine;
 use http::{HeaderMap, HeaderName};
 use serde_json::Value;
 
