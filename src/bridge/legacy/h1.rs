@@ -103,7 +103,8 @@ impl Client {
         let target = Target {
             host,
             port,
-            authority: authority.as_str().to_string(),
+            // Without any userinfo: it never goes on the wire.
+            authority: authority.as_str().rsplit('@').next().unwrap_or_default().to_string(),
             path: if path.is_empty() { "/".into() } else { path.into() },
             tls,
         };
@@ -602,7 +603,7 @@ mod tests {
             idle_timeout: Duration::from_secs(30),
             max_idle: 4,
         };
-        Client::new(&format!("http://{addr}/mcp?x=1").parse().unwrap(), tls, settings).unwrap()
+        Client::new(&format!("http://user:pw@{addr}/mcp?x=1").parse().unwrap(), tls, settings).unwrap()
     }
 
     /// A server that answers each connection's requests with the given raw
