@@ -198,7 +198,10 @@ impl Shared {
         conn.idle_since = Instant::now();
         conn.buf = BytesMut::new();
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        idle.retain(|c| c.idle_since.elapsed() < self.idle_timeout);
+        // Oldest first (connections are taken from the end): drop the expired.
+        let now = conn.idle_since;
+        let expired = idle.iter().take_while(|c| now - c.idle_since >= self.idle_timeout).count();
+        idle.drain(..expired);
         if idle.len() < self.max_idle {
             idle.push(conn);
         }
@@ -771,6 +774,46 @@ mod tests {
             }
         }
         assert!(waited, "the second piece comes later");
+    }
+
+    #[tokio::test]
+    async fn connections_idle_past_the_timeout_are_not_reused() {
+        // A server that keeps every connection open and answers every request.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = listener.accept().await.unwrap();
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut b = [0u8; 4096];
+                    while s.read(&mut b).await.is_ok_and(|n| n > 0) {
+                        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx").await;
+                    }
+                });
+            }
+        });
+        let settings = Settings {
+            connect_timeout: Duration::from_secs(2),
+            idle_timeout: Duration::from_millis(100),
+            max_idle: 4,
+        };
+        let tls = Arc::new(super::super::transport::rustls_config());
+        let c = Client::new(&format!("http://{addr}/").parse().unwrap(), tls, settings).unwrap();
+        for _ in 0..2 {
+            body_of(c.send("POST", &[], b"x").await.unwrap()).await.unwrap();
+        }
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1, "reused while fresh");
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        body_of(c.send("POST", &[], b"x").await.unwrap()).await.unwrap();
+        assert_eq!(
+            accepted.load(std::sync::atomic::Ordering::SeqCst),
+            2,
+            "a new connection after the idle timeout"
+        );
+        assert_eq!(c.idle(), 1, "the expired one is gone, the new one is kept");
     }
 
     #[test]
