@@ -130,12 +130,6 @@ fn reject(id: &Option<Value>, error: Error) -> Rejection {
     Rejection { id: id.clone(), error }
 }
 
-/// Counts the stale legacy headers a modern request carried (they are never
-/// forwarded upstream nor echoed; the count feeds a metric).
-pub fn stale_headers(headers: &HeaderMap) -> u64 {
-    [headers::SESSION_ID, headers::LAST_EVENT_ID].iter().filter(|h| headers.contains_key(*h)).count() as u64
-}
-
 /// A well-formed request read without a tree for the envelope: `jsonrpc`
 /// and `method` are borrowed from the body. Anything unusual (a missing,
 /// null or odd id, escapes in those strings, a repeated member, a response,

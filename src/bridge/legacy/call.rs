@@ -147,25 +147,20 @@ pub async fn read_answer(
     get: Option<Box<EventStream>>,
     reply: &mut Reply,
 ) -> (Done, Option<Streams>) {
-    match answer {
-        UpReply::Result { id, result } if id == flight.upstream_id => (Done::Raw(result), None),
-        UpReply::Result { id, result } => {
-            let done = json_answer(super::transport::result_message(id, &result), flight.upstream_id)
-                .unwrap_or(Done::Failed(Error::UpstreamInvalid("unexpected JSON answer")));
-            (done, None)
-        }
-        UpReply::Json(msg) => {
-            let done = json_answer(msg, flight.upstream_id)
-                .unwrap_or(Done::Failed(Error::UpstreamInvalid("unexpected JSON answer")));
-            (done, None)
-        }
-        UpReply::Accepted => (Done::Failed(Error::UpstreamInvalid("202 to a request")), None),
+    let msg = match answer {
+        UpReply::Result { id, result } if id == flight.upstream_id => return (Done::Raw(result), None),
+        UpReply::Result { id, result } => super::transport::result_message(id, &result),
+        UpReply::Json(msg) => msg,
+        UpReply::Accepted => return (Done::Failed(Error::UpstreamInvalid("202 to a request")), None),
         UpReply::Stream(post) => {
             let mut streams = Streams { post, get };
             let done = Box::pin(read_stream(flight, &mut streams, reply)).await;
-            (done, Some(streams))
+            return (done, Some(streams));
         }
-    }
+    };
+    let done = json_answer(msg, flight.upstream_id)
+        .unwrap_or(Done::Failed(Error::UpstreamInvalid("unexpected JSON answer")));
+    (done, None)
 }
 
 /// A whole-JSON answer: one message, or a 2025-03-26 batch holding the response.
