@@ -40,6 +40,8 @@ pub enum Error {
     HostNotAllowed,
     #[error("content type must be application/json")]
     UnsupportedMediaType,
+    #[error("request body not received in time")]
+    BodyTimeout,
     #[error("request body is larger than {0} bytes")]
     PayloadTooLarge(usize),
     #[error("parse error: the body is not valid JSON")]
@@ -112,6 +114,7 @@ impl Error {
             HostNotAllowed => "host_not_allowed",
             UnsupportedMediaType => "unsupported_media_type",
             PayloadTooLarge(_) => "payload_too_large",
+            BodyTimeout => "body_timeout",
             Parse => "parse_error",
             InvalidRequest(_) => "invalid_request",
             HeaderMismatch(_) => "header_mismatch",
@@ -138,6 +141,7 @@ impl Error {
             OriginNotAllowed | HostNotAllowed => StatusCode::FORBIDDEN,
             UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Parse | InvalidRequest(_) | HeaderMismatch(_) | InvalidParams { .. } => StatusCode::BAD_REQUEST,
             UnsupportedVersion { .. } | MissingCapability(_) => StatusCode::BAD_REQUEST,
             MethodNotFound(_) => StatusCode::NOT_FOUND,
@@ -161,7 +165,7 @@ impl Error {
             MethodNotAllowed | OriginNotAllowed | HostNotAllowed | UnsupportedMediaType => {
                 (code::INVALID_REQUEST, self.to_string(), None)
             }
-            PayloadTooLarge(_) => (code::INVALID_REQUEST, self.to_string(), None),
+            PayloadTooLarge(_) | BodyTimeout => (code::INVALID_REQUEST, self.to_string(), None),
             Parse => (code::PARSE_ERROR, "Parse error".into(), None),
             InvalidRequest(m) => (code::INVALID_REQUEST, format!("Invalid request: {m}"), None),
             HeaderMismatch(m) => (code::HEADER_MISMATCH, format!("Header mismatch: {m}"), None),

@@ -2,15 +2,23 @@
 //! HTTP method, Host and Origin (DNS-rebinding protection), content type.
 //! Each is one small function; `check` runs them in order.
 
+use http::uri::Authority;
 use http::{header, HeaderMap, Method};
 use sha2::{Digest, Sha256};
 
 use crate::config::Config;
 use crate::error::Error;
 
-pub fn check(config: &Config, method: &Method, headers: &HeaderMap) -> Result<(), Error> {
+/// `authority` is the request URI's (h2 `:authority`, or an absolute-form
+/// HTTP/1.1 target); `Host` is the header.
+pub fn check(
+    config: &Config,
+    method: &Method,
+    authority: Option<&Authority>,
+    headers: &HeaderMap,
+) -> Result<(), Error> {
     http_method(method)?;
-    host(config, headers)?;
+    host(config, authority, headers)?;
     origin(config, headers)?;
     content_type(headers)
 }
@@ -35,15 +43,28 @@ fn is_loopback_host(h: &str) -> bool {
     matches!(h, "localhost" | "127.0.0.1" | "[::1]")
 }
 
-fn host(config: &Config, headers: &HeaderMap) -> Result<(), Error> {
+/// With allowed hosts configured (by default on a loopback listener), the
+/// request must name its host, by `Host` or `:authority`, and every name it
+/// gives must be allowed: a request that names none is refused too.
+fn host(config: &Config, authority: Option<&Authority>, headers: &HeaderMap) -> Result<(), Error> {
     let Some(allowed) = &config.allowed_hosts else {
         return Ok(());
     };
-    let Some(value) = headers.get(header::HOST) else {
-        return Ok(());
-    };
-    let h = value.to_str().map(hostname).map_err(|_| Error::HostNotAllowed)?;
-    if allowed.iter().any(|a| a.eq_ignore_ascii_case(h)) {
+    let is_allowed = |authority: &str| allowed.iter().any(|a| a.eq_ignore_ascii_case(hostname(authority)));
+    let mut named = false;
+    if let Some(authority) = authority {
+        named = true;
+        if !allowed.iter().any(|a| a.eq_ignore_ascii_case(authority.host())) {
+            return Err(Error::HostNotAllowed);
+        }
+    }
+    for value in headers.get_all(header::HOST) {
+        named = true;
+        if !value.to_str().is_ok_and(is_allowed) {
+            return Err(Error::HostNotAllowed);
+        }
+    }
+    if named {
         Ok(())
     } else {
         Err(Error::HostNotAllowed)
@@ -128,12 +149,12 @@ mod tests {
 
     #[test]
     fn order_and_statuses() {
-        let json = h(&[("content-type", "application/json; charset=utf-8")]);
-        assert!(check(&cfg(), &Method::POST, &json).is_ok());
-        assert_eq!(check(&cfg(), &Method::GET, &json).unwrap_err().status(), 405);
-        assert_eq!(check(&cfg(), &Method::DELETE, &json).unwrap_err().status(), 405);
-        let text = h(&[("content-type", "text/plain")]);
-        assert_eq!(check(&cfg(), &Method::POST, &text).unwrap_err().status(), 415);
+        let json = h(&[("content-type", "application/json; charset=utf-8"), ("host", "127.0.0.1:8080")]);
+        assert!(check(&cfg(), &Method::POST, None, &json).is_ok());
+        assert_eq!(check(&cfg(), &Method::GET, None, &json).unwrap_err().status(), 405);
+        assert_eq!(check(&cfg(), &Method::DELETE, None, &json).unwrap_err().status(), 405);
+        let text = h(&[("content-type", "text/plain"), ("host", "localhost")]);
+        assert_eq!(check(&cfg(), &Method::POST, None, &text).unwrap_err().status(), 415);
     }
 
     #[test]
@@ -143,17 +164,42 @@ mod tests {
             ("host", "evil.example.com"),
             ("origin", "http://evil.example.com"),
         ]);
-        assert_eq!(check(&cfg(), &Method::POST, &evil).unwrap_err().status(), 403);
-        let evil_origin = h(&[("content-type", "application/json"), ("origin", "http://evil.example.com")]);
-        assert_eq!(check(&cfg(), &Method::POST, &evil_origin).unwrap_err().status(), 403);
+        assert_eq!(check(&cfg(), &Method::POST, None, &evil).unwrap_err().status(), 403);
+        let evil_origin = h(&[
+            ("content-type", "application/json"),
+            ("host", "localhost"),
+            ("origin", "http://evil.example.com"),
+        ]);
+        assert_eq!(check(&cfg(), &Method::POST, None, &evil_origin).unwrap_err().status(), 403);
         let local = h(&[
             ("content-type", "application/json"),
             ("host", "127.0.0.1:8080"),
             ("origin", "http://localhost:3000"),
         ]);
-        assert!(check(&cfg(), &Method::POST, &local).is_ok());
+        assert!(check(&cfg(), &Method::POST, None, &local).is_ok());
         let v6 = h(&[("content-type", "application/json"), ("host", "[::1]:8080")]);
-        assert!(check(&cfg(), &Method::POST, &v6).is_ok());
+        assert!(check(&cfg(), &Method::POST, None, &v6).is_ok());
+    }
+
+    #[test]
+    fn a_request_that_names_no_host_or_a_foreign_authority_is_refused() {
+        let json = h(&[("content-type", "application/json")]);
+        assert_eq!(check(&cfg(), &Method::POST, None, &json).unwrap_err().status(), 403, "no Host at all");
+        let local: Authority = "127.0.0.1:8080".parse().unwrap();
+        assert!(check(&cfg(), &Method::POST, Some(&local), &json).is_ok(), "h2 :authority");
+        let evil: Authority = "evil.example.com".parse().unwrap();
+        assert_eq!(check(&cfg(), &Method::POST, Some(&evil), &json).unwrap_err().status(), 403);
+        let with_host = h(&[("content-type", "application/json"), ("host", "localhost")]);
+        assert_eq!(
+            check(&cfg(), &Method::POST, Some(&evil), &with_host).unwrap_err().status(),
+            403,
+            "an allowed Host does not excuse a foreign :authority"
+        );
+        let v6: Authority = "[::1]:8080".parse().unwrap();
+        assert!(check(&cfg(), &Method::POST, Some(&v6), &json).is_ok());
+        let mut open = cfg();
+        open.allowed_hosts = None;
+        assert!(check(&open, &Method::POST, None, &json).is_ok(), "a public listener checks no host");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 pub mod bridge;
 pub mod cluster;
 pub mod config;
+pub mod conn;
 pub mod demo;
 pub mod error;
 pub mod front;

@@ -49,6 +49,17 @@ pub struct HeaderLabels {
     pub header: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndedLabels {
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QuotaLabels {
+    pub route: String,
+    pub quota: &'static str,
+}
+
 type HistogramFamily = Family<MethodLabels, Histogram, fn() -> Histogram>;
 
 #[derive(Clone)]
@@ -69,6 +80,9 @@ pub struct Metrics {
     pub mrtr_rounds: Family<MethodLabels, Counter>,
     pub parked_flows_open: Gauge,
     pub parked_flows_expired: Family<RouteLabels, Counter>,
+    pub client_connections_open: Gauge,
+    pub client_connections_ended: Family<EndedLabels, Counter>,
+    pub quota_exceeded: Family<QuotaLabels, Counter>,
 }
 
 fn duration_histogram() -> Histogram {
@@ -94,6 +108,9 @@ impl Metrics {
             mrtr_rounds: Family::default(),
             parked_flows_open: Gauge::default(),
             parked_flows_expired: Family::default(),
+            client_connections_open: Gauge::default(),
+            client_connections_ended: Family::default(),
+            quota_exceeded: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("sessionless");
         r.register("requests", "Client requests by generation and outcome", m.requests.clone());
@@ -143,6 +160,17 @@ impl Metrics {
             "parked_flows_expired",
             "Paused calls whose retry never came (questions declined upstream)",
             m.parked_flows_expired.clone(),
+        );
+        r.register("client_connections_open", "Client connections open", m.client_connections_open.clone());
+        r.register(
+            "client_connections_ended",
+            "Client connections the gateway ended: slow request head or idle",
+            m.client_connections_ended.clone(),
+        );
+        r.register(
+            "quota_exceeded",
+            "Requests refused or questions declined because a per-principal quota was reached",
+            m.quota_exceeded.clone(),
         );
         m
     }

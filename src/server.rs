@@ -11,18 +11,18 @@ use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
+use hyper_util::rt::TokioIo;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::bridge::legacy::{Caller, Legacy};
 use crate::cluster;
-use crate::config::{Config, Route};
+use crate::config::{Config, ConnLimits, Route};
+use crate::conn::{RateLimitedLog, Tracked};
 use crate::error::{error_body, Error};
 use crate::front::{self, Message, SUPPORTED_VERSIONS};
-use crate::metrics::{HeaderLabels, MethodLabels, Metrics, RequestLabels};
+use crate::metrics::{EndedLabels, HeaderLabels, MethodLabels, Metrics, RequestLabels};
 use crate::reply::{self, Body, Reply};
 use crate::seal::Sealer;
 
@@ -128,10 +128,18 @@ impl Gateway {
     async fn mcp(self: Arc<Self>, route: Arc<Route>, req: Request<Incoming>) -> Response<Body> {
         let started = Instant::now();
         let (parts, body) = req.into_parts();
-        if let Err(e) = crate::guard::check(&self.config, &parts.method, &parts.headers) {
+        if let Err(e) =
+            crate::guard::check(&self.config, &parts.method, parts.uri.authority(), &parts.headers)
+        {
             return self.reject(&route, None, &e, started);
         }
-        let body = match read_body(body, self.config.limits.max_body_bytes).await {
+        // Taken before the body is read: bodies in memory are bounded by the
+        // permits times the body limit, each for at most the body timeout.
+        let Ok(permit) = self.limit.clone().try_acquire_owned() else {
+            let id = ready_id(body);
+            return self.reject(&route, id.as_ref(), &Error::Overloaded, started);
+        };
+        let body = match read_body(body, self.config.limits.max_body_bytes, &self.config.connections).await {
             Ok(b) => b,
             Err(e) => return self.reject(&route, None, &e, started),
         };
@@ -142,7 +150,7 @@ impl Gateway {
             body,
             forwarded: false,
         };
-        self.dispatch(route, caller, started).await
+        self.dispatch(route, caller, permit, started).await
     }
 
     /// The internal listener (cluster mode): a retry forwarded by another
@@ -168,14 +176,17 @@ impl Gateway {
         let Some(route) = self.config.route_for(&route_path).cloned() else {
             return Ok(cluster::refusal(StatusCode::NOT_FOUND));
         };
+        let Ok(permit) = self.limit.clone().try_acquire_owned() else {
+            return Ok(self.reject(&route, None, &Error::Overloaded, started));
+        };
         let (parts, body) = req.into_parts();
-        let body = match read_body(body, self.config.limits.max_body_bytes).await {
+        let body = match read_body(body, self.config.limits.max_body_bytes, &self.config.connections).await {
             Ok(b) => b,
             Err(e) => return Ok(self.reject(&route, None, &e, started)),
         };
         let caller =
             Caller { principal, headers: Caller::mcp_headers(&parts.headers), body, forwarded: true };
-        Ok(self.dispatch(route, caller, started).await)
+        Ok(self.dispatch(route, caller, permit, started).await)
     }
 
     /// Parses the request and runs it to its answer: front → bridge → reply.
@@ -183,6 +194,7 @@ impl Gateway {
         self: Arc<Self>,
         route: Arc<Route>,
         caller: Caller,
+        permit: tokio::sync::OwnedSemaphorePermit,
         started: Instant,
     ) -> Response<Body> {
         let call = match front::parse(&caller.headers, &caller.body) {
@@ -194,9 +206,6 @@ impl Gateway {
         if self.draining.load(Ordering::SeqCst) && !call.params.contains_key("requestState") {
             return self.reject(&route, Some(&call.id), &Error::Overloaded, started);
         }
-        let Ok(permit) = self.limit.clone().try_acquire_owned() else {
-            return self.reject(&route, Some(&call.id), &Error::Overloaded, started);
-        };
         let (reply, answer) = Reply::new(crate::guard::accepts_sse(&caller.headers));
         let method = call.method.as_str();
         let gateway = self.clone();
@@ -227,13 +236,59 @@ impl Gateway {
     }
 }
 
-async fn read_body(body: Incoming, max: usize) -> Result<Bytes, Error> {
-    match Limited::new(body, max).collect().await {
-        Ok(c) => Ok(c.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(Error::PayloadTooLarge(max)),
-        Err(_) => Err(Error::InvalidRequest("could not read the body".into())),
+/// Reads a request body under the size limit, the whole-body timeout and the
+/// idle-gap timeout. A body that arrived with its head costs no timer.
+async fn read_body(body: Incoming, max: usize, limits: &ConnLimits) -> Result<Bytes, Error> {
+    let deadline = tokio::time::Instant::now() + limits.body_timeout;
+    let mut body = Limited::new(body, max);
+    let mut first: Option<Bytes> = None;
+    let mut joined = bytes::BytesMut::new();
+    loop {
+        let gap = (tokio::time::Instant::now() + limits.body_idle_timeout).min(deadline);
+        let frame = match tokio::time::timeout_at(gap, body.frame()).await {
+            Err(_) => return Err(Error::BodyTimeout),
+            Ok(None) => break,
+            Ok(Some(Ok(frame))) => frame,
+            Ok(Some(Err(e))) if e.is::<http_body_util::LengthLimitError>() => {
+                return Err(Error::PayloadTooLarge(max))
+            }
+            Ok(Some(Err(_))) => return Err(Error::InvalidRequest("could not read the body".into())),
+        };
+        let Ok(data) = frame.into_data() else { continue };
+        if first.is_none() && joined.is_empty() {
+            first = Some(data);
+        } else {
+            if let Some(f) = first.take() {
+                joined.extend_from_slice(&f);
+            }
+            joined.extend_from_slice(&data);
+        }
     }
+    Ok(if joined.is_empty() { first.unwrap_or_default() } else { joined.freeze() })
 }
+
+/// The request id, when the body is already here in full and small (an
+/// overloaded gateway echoes it without waiting for anything).
+fn ready_id(body: Incoming) -> Option<serde_json::Value> {
+    use futures_util::FutureExt;
+    #[derive(serde::Deserialize)]
+    struct IdOnly {
+        id: Option<serde_json::Value>,
+    }
+    let mut body = Limited::new(body, READY_ID_BYTES);
+    let mut data = Vec::new();
+    loop {
+        match body.frame().now_or_never()? {
+            None => break,
+            Some(Ok(frame)) => data.extend_from_slice(frame.data_ref()?),
+            Some(Err(_)) => return None,
+        }
+    }
+    serde_json::from_slice::<IdOnly>(&data).ok()?.id
+}
+
+/// Largest body an overloaded gateway looks into for the request id.
+const READY_ID_BYTES: usize = 64 * 1024;
 
 /// Which listener a connection came in on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -248,36 +303,76 @@ pub enum Listener {
 const GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Accepts connections until `stop` fires, then gives open ones a short grace.
+/// At most `max_connections` are open at once: at the cap the gateway stops
+/// accepting (the kernel's backlog holds the rest) and says so once per
+/// interval. Each connection is watched for slow heads and idleness.
 pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener, stop: CancellationToken, kind: Listener) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let limits = Arc::new(gateway.config.connections.clone());
+    let builder = crate::conn::builder(&limits);
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let (at_cap, accept_failed) = (RateLimitedLog::new(LOG_INTERVAL), RateLimitedLog::new(LOG_INTERVAL));
+    let mut backoff = ACCEPT_BACKOFF_MIN;
     loop {
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                if let Some(suppressed) = at_cap.allow() {
+                    tracing::warn!(
+                        ?kind,
+                        max = limits.max_connections,
+                        suppressed,
+                        "connection cap reached; not accepting"
+                    );
+                }
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    slot = slots.clone().acquire_owned() => slot.expect("never closed"),
+                }
+            }
+        };
         let (stream, _peer): (_, SocketAddr) = tokio::select! {
             _ = stop.cancelled() => break,
             accepted = listener.accept() => match accepted {
-                Ok(a) => a,
+                Ok(a) => { backoff = ACCEPT_BACKOFF_MIN; a }
                 Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    // Out of file descriptors, mostly: wait for some to close.
+                    if let Some(suppressed) = accept_failed.allow() {
+                        tracing::warn!(?kind, error = %e, suppressed, "accept failed");
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
                     continue;
                 }
             },
         };
         let _ = stream.set_nodelay(true);
+        let watch = crate::conn::Watch::new();
         let gw = gateway.clone();
+        let requests = watch.clone();
         let service = hyper::service::service_fn(move |req| {
-            let gw = gw.clone();
+            let (gw, busy) = (gw.clone(), requests.begin());
             async move {
-                match kind {
+                let resp = match kind {
                     Listener::Public => gw.handle(req).await,
                     Listener::Internal => gw.internal(req).await,
-                }
+                };
+                Ok::<_, Infallible>(resp?.map(|body| Tracked::new(body, busy)))
             }
         });
-        let conn = builder.serve_connection(TokioIo::new(stream), service);
-        let conn = graceful.watch(conn.into_owned());
+        let io = TokioIo::new(crate::conn::Watched::new(stream, watch.clone()));
+        let conn = graceful.watch(builder.serve_connection(io, service).into_owned());
+        let (metrics, limits) = (gateway.metrics.clone(), limits.clone());
+        metrics.client_connections_open.inc();
         tokio::spawn(async move {
-            let _ = conn.await;
+            tokio::select! {
+                _ = conn => {}
+                why = watch.overstayed(&limits) => {
+                    metrics.client_connections_ended.get_or_create(&EndedLabels { reason: why.reason() }).inc();
+                }
+            }
+            metrics.client_connections_open.dec();
+            drop(slot);
         });
     }
     drop(listener);
@@ -285,6 +380,11 @@ pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener, stop: Cancellat
         tracing::warn!(?kind, "connections still open after the grace period");
     }
 }
+
+/// Log lines an attacker can cause (cap reached, accept failures) at most this often.
+const LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+const ACCEPT_BACKOFF_MIN: std::time::Duration = std::time::Duration::from_millis(10);
+const ACCEPT_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_millis(500);
 
 type Work = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 

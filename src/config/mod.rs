@@ -28,6 +28,7 @@ pub struct Config {
     pub allowed_hosts: Option<Vec<String>>,
     pub drain_timeout: Duration,
     pub keepalive_interval: Duration,
+    pub connections: ConnLimits,
     pub routes: Vec<Arc<Route>>,
     pub pool: PoolConfig,
     pub limits: Limits,
@@ -119,6 +120,20 @@ pub struct PoolConfig {
     pub idle_timeout: Duration,
 }
 
+/// What one client connection may cost: time to send a request, idle time,
+/// header and h2 sizes, and how many connections there may be.
+#[derive(Debug, Clone)]
+pub struct ConnLimits {
+    pub header_read_timeout: Duration,
+    pub body_timeout: Duration,
+    pub body_idle_timeout: Duration,
+    pub client_idle_timeout: Duration,
+    pub max_connections: usize,
+    pub max_header_bytes: usize,
+    pub h2_max_concurrent_streams: u32,
+    pub h2_max_body_bytes_in_flight: u32,
+}
+
 #[derive(Debug, Clone)]
 pub struct Limits {
     pub max_body_bytes: usize,
@@ -127,6 +142,8 @@ pub struct Limits {
     pub max_listen_streams: usize,
     pub max_parked_flows: usize,
     pub parked_flow_ttl: Duration,
+    pub max_parked_flows_per_principal: usize,
+    pub max_sessions_per_principal: usize,
 }
 
 /// A sealing key; its bytes never appear in `Debug`.
@@ -224,6 +241,7 @@ fn validate(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
             return Err(ConfigError(format!("{}duplicate route path `{}`", at(text, &r.path), r.path)));
         }
     }
+    let connections = conn_limits(&raw.server, &raw.limits, text)?;
     let allowed_hosts = match raw.server.allowed_hosts {
         Some(h) => Some(h),
         None if listen.ip().is_loopback() => {
@@ -237,6 +255,7 @@ fn validate(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
         allowed_hosts,
         drain_timeout: ms(raw.server.drain_timeout_ms, 10_000),
         keepalive_interval: ms(raw.server.keepalive_interval_ms, 15_000),
+        connections,
         routes,
         pool: PoolConfig {
             max_sessions: raw.pool.max_sessions.unwrap_or(1024).max(1),
@@ -249,9 +268,38 @@ fn validate(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
             max_listen_streams: raw.limits.max_listen_streams.unwrap_or(256),
             max_parked_flows: raw.limits.max_parked_flows.unwrap_or(10_000),
             parked_flow_ttl: ms(raw.limits.parked_flow_ttl_ms, 300_000),
+            max_parked_flows_per_principal: raw.limits.max_parked_flows_per_principal.unwrap_or(100).max(1),
+            max_sessions_per_principal: raw.limits.max_sessions_per_principal.unwrap_or(32).max(1),
         },
         cluster: raw.cluster.as_ref().map(|c| cluster(c, text, &raw.keys)).transpose()?,
         keys: raw.keys.iter().map(|k| load_key(k, text)).collect::<Result<_, _>>()?,
+    })
+}
+
+fn conn_limits(s: &raw::RawServer, l: &raw::RawLimits, text: &str) -> Result<ConnLimits, ConfigError> {
+    let max_header_bytes = s.max_header_bytes.unwrap_or(64 * 1024);
+    if max_header_bytes < 8 * 1024 {
+        return Err(ConfigError(format!(
+            "{}max_header_bytes must be at least 8192",
+            at(text, "max_header_bytes")
+        )));
+    }
+    let window = s.h2_max_body_bytes_in_flight.unwrap_or(1 << 20);
+    if !(65_535..=(1 << 31) - 1).contains(&window) {
+        return Err(ConfigError(format!(
+            "{}h2_max_body_bytes_in_flight must be between 65535 and 2^31-1",
+            at(text, "h2_max_body_bytes_in_flight")
+        )));
+    }
+    Ok(ConnLimits {
+        header_read_timeout: ms(s.header_read_timeout_ms, 10_000).max(Duration::from_millis(1)),
+        body_timeout: ms(s.body_timeout_ms, 30_000).max(Duration::from_millis(1)),
+        body_idle_timeout: ms(s.body_idle_timeout_ms, 10_000).max(Duration::from_millis(1)),
+        client_idle_timeout: ms(s.client_idle_timeout_ms, 60_000).max(Duration::from_millis(1)),
+        max_connections: l.max_connections.unwrap_or(4096).max(1),
+        max_header_bytes,
+        h2_max_concurrent_streams: s.h2_max_concurrent_streams.unwrap_or(100).max(1),
+        h2_max_body_bytes_in_flight: window,
     })
 }
 

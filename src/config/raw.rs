@@ -34,7 +34,22 @@ pub struct RawServer {
     /// Host header values allowed; default: loopback hosts when the listener is loopback, any otherwise.
     pub allowed_hosts: Option<Vec<String>>,
     pub drain_timeout_ms: Option<u64>,
+    /// SSE comment interval on long answers (not a connection timeout).
     pub keepalive_interval_ms: Option<u64>,
+    /// Time a client connection may take to send a request head.
+    pub header_read_timeout_ms: Option<u64>,
+    /// Time a client may take to send a whole request body.
+    pub body_timeout_ms: Option<u64>,
+    /// Longest pause between two pieces of a request body.
+    pub body_idle_timeout_ms: Option<u64>,
+    /// A client connection with no request in flight is closed after this long.
+    pub client_idle_timeout_ms: Option<u64>,
+    /// Largest request head (HTTP/1.1) or header list (h2).
+    pub max_header_bytes: Option<usize>,
+    /// h2: concurrent streams per connection.
+    pub h2_max_concurrent_streams: Option<u32>,
+    /// h2: request body bytes a connection may have in flight (its flow-control window).
+    pub h2_max_body_bytes_in_flight: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -96,6 +111,12 @@ pub struct RawLimits {
     pub max_parked_flows: Option<usize>,
     /// How long a paused call waits for the client's retry.
     pub parked_flow_ttl_ms: Option<u64>,
+    /// Paused calls one principal may hold.
+    pub max_parked_flows_per_principal: Option<usize>,
+    /// Pooled upstream sessions one principal may hold.
+    pub max_sessions_per_principal: Option<usize>,
+    /// Open client connections; over it the gateway stops accepting.
+    pub max_connections: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -1,0 +1,355 @@
+//! Client connections: how many may be open, how long one may take to send a
+//! request head, how long it may sit with no request in flight, and the
+//! HTTP/1.1 and h2 limits of each.
+//!
+//! hyper's own header-read timeout needs a timer and also closes a keep-alive
+//! connection that is merely idle, so one watch per connection does both jobs
+//! here: it sees bytes arrive ([`Watched`]) and requests begin and end
+//! ([`Busy`]), and ends the connection when it has had no request in flight
+//! for `client_idle_timeout`, or when a request head started arriving more
+//! than `header_read_timeout` ago and is still not complete. A connection with
+//! a request in flight (an SSE answer, a parked call's retry) is never cut by
+//! either.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::body::{Frame, SizeHint};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Instant;
+
+use crate::config::ConnLimits;
+use crate::reply::{Body, BoxError};
+
+/// Why a connection was ended by the gateway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// A request head took longer than `header_read_timeout`.
+    HeaderTimeout,
+    /// No request in flight for `client_idle_timeout`.
+    Idle,
+}
+
+impl Ended {
+    pub fn reason(self) -> &'static str {
+        match self {
+            Ended::HeaderTimeout => "header_timeout",
+            Ended::Idle => "idle",
+        }
+    }
+}
+
+/// One connection's activity, shared by its socket, its requests and its task.
+pub struct Watch {
+    epoch: Instant,
+    /// Requests whose answer is not finished.
+    busy: AtomicU32,
+    /// Milliseconds since `epoch` when the connection last became idle.
+    idle_since: AtomicU64,
+    /// Milliseconds since `epoch` (plus one) when the first byte of a new
+    /// request arrived while idle; 0 when none did.
+    head_started: AtomicU64,
+    /// The connection speaks h2: its idle bytes are control frames, not heads.
+    h2: AtomicBool,
+    first_read: AtomicBool,
+}
+
+impl Watch {
+    pub fn new() -> Arc<Watch> {
+        Arc::new(Watch {
+            epoch: Instant::now(),
+            busy: AtomicU32::new(0),
+            idle_since: AtomicU64::new(0),
+            head_started: AtomicU64::new(0),
+            h2: AtomicBool::new(false),
+            first_read: AtomicBool::new(true),
+        })
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// Bytes arrived on the socket.
+    fn on_read(&self, data: &[u8]) {
+        if self.first_read.swap(false, Ordering::Relaxed) && data.starts_with(b"PRI * HTTP/2.0") {
+            self.h2.store(true, Ordering::Relaxed);
+        }
+        if self.busy.load(Ordering::Acquire) == 0
+            && self.head_started.load(Ordering::Relaxed) == 0
+            && !self.h2.load(Ordering::Relaxed)
+        {
+            self.head_started.store(self.now_ms() + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// A request begins: its head is complete.
+    pub fn begin(self: &Arc<Self>) -> Busy {
+        self.busy.fetch_add(1, Ordering::AcqRel);
+        self.head_started.store(0, Ordering::Relaxed);
+        Busy(self.clone())
+    }
+
+    /// When the connection should be ended if nothing changes, and why;
+    /// `None` while a request is in flight.
+    fn deadline(&self, limits: &ConnLimits) -> Option<(Instant, Ended)> {
+        if self.busy.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let at = |ms: u64, after: Duration| self.epoch + Duration::from_millis(ms) + after;
+        let idle = (at(self.idle_since.load(Ordering::Relaxed), limits.client_idle_timeout), Ended::Idle);
+        match self.head_started.load(Ordering::Relaxed) {
+            0 => Some(idle),
+            started => {
+                let head = (at(started - 1, limits.header_read_timeout), Ended::HeaderTimeout);
+                Some(if head.0 < idle.0 { head } else { idle })
+            }
+        }
+    }
+
+    /// Resolves when the connection has overstayed: idle too long, or too
+    /// slow sending a head. Cancel-safe; the connection task selects on it.
+    pub async fn overstayed(&self, limits: &ConnLimits) -> Ended {
+        loop {
+            match self.deadline(limits) {
+                None => tokio::time::sleep(limits.client_idle_timeout.min(limits.header_read_timeout)).await,
+                Some((at, why)) if at <= Instant::now() => return why,
+                Some((at, _)) => tokio::time::sleep_until(at).await,
+            }
+        }
+    }
+}
+
+/// A request in flight on a connection; dropped when its answer is finished
+/// (the response body ended or was dropped) or the request was abandoned.
+pub struct Busy(Arc<Watch>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let w = &self.0;
+        w.idle_since.store(w.now_ms(), Ordering::Relaxed);
+        w.busy.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A socket that tells its [`Watch`] when bytes arrive.
+pub struct Watched<T> {
+    inner: T,
+    watch: Arc<Watch>,
+}
+
+impl<T> Watched<T> {
+    pub fn new(inner: T, watch: Arc<Watch>) -> Watched<T> {
+        Watched { inner, watch }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = polled {
+            if buf.filled().len() > before {
+                self.watch.on_read(&buf.filled()[before..]);
+            }
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, data)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// An answer body that keeps its request counted as in flight until it ends.
+pub struct Tracked {
+    inner: Body,
+    busy: Option<Busy>,
+}
+
+impl Tracked {
+    pub fn new(inner: Body, busy: Busy) -> Tracked {
+        Tracked { inner, busy: Some(busy) }
+    }
+}
+
+impl hyper::body::Body for Tracked {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(None) = polled {
+            self.busy = None;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The connection builder with the configured HTTP/1.1 and h2 limits.
+pub fn builder(limits: &ConnLimits) -> auto::Builder<hyper_util::rt::TokioExecutor> {
+    let mut builder = auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+    builder.http1().max_buf_size(limits.max_header_bytes.max(8192));
+    builder
+        .http2()
+        .max_concurrent_streams(limits.h2_max_concurrent_streams)
+        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
+        .initial_connection_window_size(limits.h2_max_body_bytes_in_flight)
+        .initial_stream_window_size(limits.h2_max_body_bytes_in_flight.min(256 * 1024))
+        .max_pending_accept_reset_streams(Some(20))
+        .max_local_error_reset_streams(Some(256));
+    builder
+}
+
+/// At most one log line per interval for events an attacker can cause at will;
+/// the lines in between are counted and reported with the next one.
+pub struct RateLimitedLog {
+    epoch: std::time::Instant,
+    interval_ms: u64,
+    /// Milliseconds since `epoch` of the last line, plus one (0: never).
+    last: AtomicU64,
+    suppressed: AtomicU64,
+}
+
+impl RateLimitedLog {
+    pub fn new(interval: Duration) -> RateLimitedLog {
+        RateLimitedLog {
+            epoch: std::time::Instant::now(),
+            interval_ms: interval.as_millis() as u64,
+            last: AtomicU64::new(0),
+            suppressed: AtomicU64::new(0),
+        }
+    }
+
+    /// `Some(lines suppressed since the last one)` when a line may be written now.
+    pub fn allow(&self) -> Option<u64> {
+        let now = self.epoch.elapsed().as_millis() as u64 + 1;
+        let last = self.last.load(Ordering::Relaxed);
+        if last != 0 && now - last < self.interval_ms {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        if self.last.compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(self.suppressed.swap(0, Ordering::Relaxed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> ConnLimits {
+        ConnLimits {
+            header_read_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            body_idle_timeout: Duration::from_secs(10),
+            client_idle_timeout: Duration::from_secs(60),
+            max_connections: 10,
+            max_header_bytes: 64 * 1024,
+            h2_max_concurrent_streams: 100,
+            h2_max_body_bytes_in_flight: 1 << 20,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_connection_overstays_after_the_idle_timeout() {
+        let w = Watch::new();
+        let started = Instant::now();
+        assert_eq!(w.overstayed(&limits()).await, Ended::Idle);
+        assert_eq!(started.elapsed(), Duration::from_secs(60));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_head_overstays_after_the_header_timeout() {
+        let w = Watch::new();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        w.on_read(b"P");
+        let started = Instant::now();
+        assert_eq!(w.overstayed(&limits()).await, Ended::HeaderTimeout);
+        assert_eq!(started.elapsed(), Duration::from_secs(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_in_flight_is_never_cut_and_idleness_restarts_after_it() {
+        let w = Watch::new();
+        w.on_read(b"POST");
+        let busy = w.begin();
+        let watch = w.clone();
+        let overstayed = tokio::spawn(async move { watch.overstayed(&limits()).await });
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        assert!(!overstayed.is_finished(), "busy for 10 minutes and still open");
+        drop(busy);
+        let ended_at = Instant::now();
+        assert_eq!(overstayed.await.unwrap(), Ended::Idle);
+        let waited = ended_at.elapsed();
+        assert!(waited >= Duration::from_secs(60) && waited <= Duration::from_secs(70), "{waited:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn h2_control_frames_are_not_a_slow_head() {
+        let w = Watch::new();
+        w.on_read(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+        w.on_read(b"ping");
+        let started = Instant::now();
+        assert_eq!(w.overstayed(&limits()).await, Ended::Idle);
+        assert_eq!(started.elapsed(), Duration::from_secs(60));
+    }
+
+    #[test]
+    fn rate_limited_log_lets_one_line_through_per_interval() {
+        let log = RateLimitedLog::new(Duration::from_secs(3600));
+        assert_eq!(log.allow(), Some(0));
+        for _ in 0..100 {
+            assert_eq!(log.allow(), None);
+        }
+        let log = RateLimitedLog::new(Duration::ZERO);
+        assert_eq!(log.allow(), Some(0));
+        assert_eq!(log.allow(), Some(0));
+    }
+}
