@@ -128,23 +128,28 @@ fn server_info(init: &Value) -> Option<String> {
     init.get("serverInfo").map(Value::to_string)
 }
 
-/// The legacy capabilities to declare for a modern request's capabilities:
-/// `elicitation` and `sampling` as declared, `roots` without `listChanged`
-/// (the gateway cannot send that notification). Canonical JSON.
+/// The legacy capabilities to declare for a modern request's capabilities,
+/// reduced to what matters: which capabilities and which known
+/// sub-capabilities are declared, each as `{}`. `roots` never has
+/// `listChanged` (the gateway cannot send that notification). Canonical JSON,
+/// drawn from a small fixed set whatever the client sends, because it keys
+/// the session pool and the discover cache.
 pub fn legacy_capabilities(modern: &Map<String, Value>) -> String {
     let mut caps = Map::new();
-    if let Some(e) = modern.get("elicitation").filter(|v| v.is_object()) {
-        caps.insert("elicitation".into(), e.clone());
-    }
-    if let Some(s) = modern.get("sampling").filter(|v| v.is_object()) {
-        caps.insert("sampling".into(), s.clone());
-    }
-    if modern.get("roots").is_some_and(|v| v.is_object()) {
-        caps.insert("roots".into(), json!({}));
+    for (name, known) in KNOWN_SUB_CAPABILITIES {
+        let Some(Value::Object(declared)) = modern.get(*name) else { continue };
+        let subs: Map<String, Value> =
+            known.iter().filter(|k| declared.contains_key(**k)).map(|k| (k.to_string(), json!({}))).collect();
+        caps.insert(name.to_string(), Value::Object(subs));
     }
     // serde_json's Map is ordered by key (no preserve_order feature): canonical.
     Value::Object(caps).to_string()
 }
+
+/// The capabilities passed on to legacy upstreams, with the sub-capabilities
+/// the 2025-11-25 schema defines for each.
+const KNOWN_SUB_CAPABILITIES: &[(&str, &[&str])] =
+    &[("elicitation", &["form", "url"]), ("roots", &[]), ("sampling", &["context", "tools"])];
 
 #[cfg(test)]
 mod tests {
@@ -163,5 +168,31 @@ mod tests {
         assert_eq!(legacy_capabilities(&a), legacy_capabilities(&b));
         assert_eq!(legacy_capabilities(&a), r#"{"elicitation":{"form":{}},"roots":{},"sampling":{}}"#);
         assert_eq!(legacy_capabilities(&Map::new()), "{}");
+    }
+
+    #[test]
+    fn capabilities_reduce_to_a_fingerprint_whatever_the_client_sends() {
+        let big = "x".repeat(100_000);
+        let a: Map<String, Value> = serde_json::from_value(json!({
+            "sampling": {"tools": {"padding": big}, "context": {}, "invented": {}},
+            "elicitation": {"url": {"nested": [1, 2, 3]}, "unknown": true},
+            "experimental": {"anything": big},
+            "roots": {"listChanged": true, "more": big},
+        }))
+        .unwrap();
+        let fingerprint = legacy_capabilities(&a);
+        assert_eq!(
+            fingerprint,
+            r#"{"elicitation":{"url":{}},"roots":{},"sampling":{"context":{},"tools":{}}}"#
+        );
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..1000 {
+            let caps: Map<String, Value> = serde_json::from_value(
+                json!({"sampling": {format!("k{i}"): {}}, "elicitation": {"form": {"n": i}}}),
+            )
+            .unwrap();
+            seen.insert(legacy_capabilities(&caps));
+        }
+        assert_eq!(seen.len(), 1, "unique capability objects make one key");
     }
 }

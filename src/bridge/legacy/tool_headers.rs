@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dashmap::DashMap;
 use serde_json::{json, Map, Value};
 
 use super::call;
@@ -20,9 +19,34 @@ const MAX_PAGES: usize = 20;
 /// Tool name → (header name, property) pairs.
 type Annotations = Arc<HashMap<String, Vec<(String, String)>>>;
 
-#[derive(Default)]
+/// At most this many (route, principal) entries, and this many bytes: the
+/// principal comes from the client.
+const MAX_ENTRIES: usize = 4096;
+const MAX_BYTES: u64 = 16 << 20;
+
+type Key = (String, String);
+
 pub struct Cache {
-    map: DashMap<(String, String), (Instant, Annotations)>,
+    map: quick_cache::sync::Cache<Key, (Instant, Annotations), ByBytes>,
+}
+
+impl Default for Cache {
+    fn default() -> Cache {
+        Cache { map: quick_cache::sync::Cache::with_weighter(MAX_ENTRIES, MAX_BYTES, ByBytes) }
+    }
+}
+
+/// An entry's weight: roughly the bytes it holds, and at least an even share
+/// of the byte budget, so that the entry count is bounded too.
+#[derive(Clone)]
+struct ByBytes;
+
+impl quick_cache::Weighter<Key, (Instant, Annotations)> for ByBytes {
+    fn weight(&self, key: &Key, value: &(Instant, Annotations)) -> u64 {
+        let pairs = |p: &Vec<(String, String)>| p.iter().map(|(h, n)| h.len() + n.len() + 48).sum::<usize>();
+        let tools: usize = value.1.iter().map(|(name, p)| name.len() + 64 + pairs(p)).sum();
+        ((key.0.len() + key.1.len() + 96 + tools) as u64).max(MAX_BYTES / MAX_ENTRIES as u64)
+    }
 }
 
 fn annotations(tools: &[Value], into: &mut HashMap<String, Vec<(String, String)>>) {
@@ -62,7 +86,7 @@ impl Cache {
         timeout: Duration,
     ) -> Result<(), Error> {
         let key = (session.key.route.clone(), caller.principal.clone());
-        let cached = self.map.get(&key).filter(|e| e.0.elapsed() < TTL).map(|e| e.1.clone());
+        let cached = self.map.get(&key).filter(|e| e.0.elapsed() < TTL).map(|e| e.1);
         let tools = match cached {
             Some(t) => t,
             None => {
@@ -97,4 +121,25 @@ async fn fetch(session: &Session, timeout: Duration) -> Option<Annotations> {
         }
     }
     Some(Arc::new(map))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_is_bounded_in_entries_and_bytes_whatever_the_principals() {
+        let cache = Cache::default();
+        for i in 0..3 * MAX_ENTRIES {
+            cache.map.insert(("/mcp".into(), format!("b:{i:032x}")), (Instant::now(), Arc::default()));
+        }
+        assert!(cache.map.len() <= MAX_ENTRIES, "{} entries", cache.map.len());
+        let mut big = HashMap::new();
+        big.insert("tool".to_string(), vec![("Mcp-Param-A".to_string(), "x".repeat(1 << 20))]);
+        let big: Annotations = Arc::new(big);
+        for i in 0..64 {
+            cache.map.insert(("/mcp".into(), format!("big{i}")), (Instant::now(), big.clone()));
+        }
+        assert!(cache.map.weight() <= MAX_BYTES, "{} bytes", cache.map.weight());
+    }
 }
