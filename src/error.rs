@@ -76,6 +76,13 @@ pub enum Error {
     ReplicaRefused,
     #[error("gateway overloaded")]
     Overloaded,
+    /// The call ran and asked a question that could not be paused: it was
+    /// declined upstream on the client's behalf.
+    #[error("too many paused calls: the question was declined")]
+    QuestionDeclined(crate::park::Refused),
+    /// The caller holds as many upstream sessions as it may, all busy.
+    #[error("too many upstream sessions for this caller")]
+    TooManySessions,
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -94,7 +101,7 @@ impl Error {
             | UpstreamInvalid(_)
             | UpstreamTooLarge
             | OutcomeUnknown => Source::Upstream,
-            Overloaded | Internal(_) | ReplicaRefused => Source::Gateway,
+            Overloaded | Internal(_) | ReplicaRefused | QuestionDeclined(_) => Source::Gateway,
             _ => Source::Client,
         }
     }
@@ -129,6 +136,8 @@ impl Error {
             UpstreamTooLarge => "upstream_too_large",
             OutcomeUnknown => "outcome_unknown",
             Overloaded => "overloaded",
+            QuestionDeclined(_) => "too_many_paused_calls",
+            TooManySessions => "too_many_sessions",
             ReplicaRefused => "replica_refused",
             Internal(_) => "internal",
         }
@@ -153,6 +162,10 @@ impl Error {
             UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             ReplicaRefused => StatusCode::BAD_GATEWAY,
             Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            QuestionDeclined(crate::park::Refused::PrincipalFull) | TooManySessions => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
+            QuestionDeclined(_) => StatusCode::SERVICE_UNAVAILABLE,
             Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -197,6 +210,31 @@ impl Error {
                 code::OVERLOADED,
                 "Gateway overloaded, retry later".into(),
                 Some(json!({"reason": "overloaded"})),
+            ),
+            QuestionDeclined(why) => (
+                code::OVERLOADED,
+                match why {
+                    crate::park::Refused::PrincipalFull => {
+                        "The call ran and asked for input, but this caller already has as many paused \
+                         calls as it may; the gateway declined the question on the caller's behalf. \
+                         Finish or abandon paused calls, then call again."
+                    }
+                    crate::park::Refused::Full => {
+                        "The call ran and asked for input, but the gateway holds as many paused calls \
+                         as it may; it declined the question on the caller's behalf. Call again later."
+                    }
+                    crate::park::Refused::Closed => {
+                        "The call ran and asked for input while the gateway was shutting down; it \
+                         declined the question on the caller's behalf. Call again."
+                    }
+                }
+                .into(),
+                Some(json!({"reason": "too_many_paused_calls", "questionDeclined": true})),
+            ),
+            TooManySessions => (
+                code::OVERLOADED,
+                "This caller holds as many upstream sessions as it may, all busy; retry later".into(),
+                Some(json!({"reason": "too_many_sessions"})),
             ),
             Internal(_) => (code::INTERNAL_ERROR, "Internal error".into(), None),
         };

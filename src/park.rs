@@ -1,9 +1,12 @@
 //! Parked flows: upstream calls paused on a question for the user, waiting for
-//! the client's retry. A concurrent map with a TTL per entry and a hard cap;
+//! the client's retry. A concurrent map with a TTL per entry, a hard cap, and
+//! a cap per principal so that one caller cannot fill the lot for the others;
 //! the bridge takes expired entries out with [`ParkingLot::expired`] and
 //! declines what they were waiting for upstream.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -11,25 +14,42 @@ use tokio::time::Instant;
 
 struct Entry<T> {
     expires: Instant,
+    owner: Arc<str>,
     value: T,
+}
+
+/// Why a flow could not be parked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The lot holds its cap.
+    Full,
+    /// This principal holds its share.
+    PrincipalFull,
+    /// Shutting down.
+    Closed,
 }
 
 pub struct ParkingLot<T> {
     map: DashMap<String, Entry<T>>,
     len: AtomicUsize,
+    /// Flows parked per principal (no entry at zero).
+    owners: Mutex<HashMap<Arc<str>, usize>>,
     /// Set at shutdown: nothing parks any more.
     closed: std::sync::atomic::AtomicBool,
     cap: usize,
+    per_owner: usize,
     ttl: Duration,
 }
 
 impl<T> ParkingLot<T> {
-    pub fn new(cap: usize, ttl: Duration) -> ParkingLot<T> {
+    pub fn new(cap: usize, per_owner: usize, ttl: Duration) -> ParkingLot<T> {
         ParkingLot {
             map: DashMap::new(),
             len: AtomicUsize::new(0),
+            owners: Mutex::new(HashMap::new()),
             closed: std::sync::atomic::AtomicBool::new(false),
             cap,
+            per_owner,
             ttl,
         }
     }
@@ -38,8 +58,18 @@ impl<T> ParkingLot<T> {
         self.ttl
     }
 
-    pub fn is_full(&self) -> bool {
-        self.len.load(Ordering::Acquire) >= self.cap || self.closed.load(Ordering::Acquire)
+    /// Whether `owner` could park a flow now.
+    pub fn admits(&self, owner: &str) -> Result<(), Refused> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Refused::Closed);
+        }
+        if self.owners.lock().expect("owners lock").get(owner).is_some_and(|n| *n >= self.per_owner) {
+            return Err(Refused::PrincipalFull);
+        }
+        if self.len.load(Ordering::Acquire) >= self.cap {
+            return Err(Refused::Full);
+        }
+        Ok(())
     }
 
     /// Refuses every later `park` (shutdown: what is left gets declined).
@@ -55,33 +85,62 @@ impl<T> ParkingLot<T> {
         self.len() == 0
     }
 
-    /// Parks `value` under `id` until the TTL passes. Gives it back when the lot is full.
-    pub fn park(&self, id: String, value: T) -> Result<Instant, T> {
-        self.park_until(id, value, Instant::now() + self.ttl)
+    /// Parks `value` under `id` for `owner` until the TTL passes. Gives it
+    /// back, with the reason, when the lot or the owner's share is full.
+    pub fn park(&self, id: String, owner: &str, value: T) -> Result<Instant, (T, Refused)> {
+        self.park_until(id, owner, value, Instant::now() + self.ttl)
     }
 
     /// Parks `value` until `expires` (a flow put back keeps its first expiry).
-    pub fn park_until(&self, id: String, value: T, expires: Instant) -> Result<Instant, T> {
+    pub fn park_until(
+        &self,
+        id: String,
+        owner: &str,
+        value: T,
+        expires: Instant,
+    ) -> Result<Instant, (T, Refused)> {
         if self.closed.load(Ordering::Acquire) {
-            return Err(value);
+            return Err((value, Refused::Closed));
         }
-        // Reserve a place first so that concurrent parkers cannot overshoot the cap.
-        if self.len.fetch_add(1, Ordering::AcqRel) >= self.cap {
-            self.len.fetch_sub(1, Ordering::AcqRel);
-            return Err(value);
-        }
-        if let Some(old) = self.map.insert(id, Entry { expires, value }) {
+        let owner: Arc<str> = {
+            let mut owners = self.owners.lock().expect("owners lock");
+            let held = owners.get(owner).copied().unwrap_or(0);
+            if held >= self.per_owner {
+                return Err((value, Refused::PrincipalFull));
+            }
+            // Reserve a place so that concurrent parkers cannot overshoot the cap.
+            if self.len.fetch_add(1, Ordering::AcqRel) >= self.cap {
+                self.len.fetch_sub(1, Ordering::AcqRel);
+                return Err((value, Refused::Full));
+            }
+            let key = owners.get_key_value(owner).map(|(k, _)| k.clone()).unwrap_or_else(|| owner.into());
+            owners.insert(key.clone(), held + 1);
+            key
+        };
+        if let Some(old) = self.map.insert(id, Entry { expires, owner, value }) {
+            self.release(&old.owner);
             drop(old);
-            self.len.fetch_sub(1, Ordering::AcqRel);
         }
         Ok(expires)
+    }
+
+    /// One flow of `owner` left the lot.
+    fn release(&self, owner: &Arc<str>) {
+        self.len.fetch_sub(1, Ordering::AcqRel);
+        let mut owners = self.owners.lock().expect("owners lock");
+        if let Some(n) = owners.get_mut(owner) {
+            *n -= 1;
+            if *n == 0 {
+                owners.remove(owner);
+            }
+        }
     }
 
     /// Takes the flow out (single use): a second take of the same id finds
     /// nothing. Returns it with its expiry.
     pub fn take(&self, id: &str) -> Option<(T, Instant)> {
         let (_, entry) = self.map.remove(id)?;
-        self.len.fetch_sub(1, Ordering::AcqRel);
+        self.release(&entry.owner);
         Some((entry.value, entry.expires))
     }
 
@@ -93,7 +152,7 @@ impl<T> ParkingLot<T> {
         ids.iter()
             .filter_map(|id| self.map.remove_if(id, |_, e| e.expires <= now))
             .map(|(_, e)| {
-                self.len.fetch_sub(1, Ordering::AcqRel);
+                self.release(&e.owner);
                 e.value
             })
             .collect()
@@ -112,20 +171,37 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn single_use_ttl_and_cap() {
-        let lot = ParkingLot::new(2, Duration::from_secs(60));
-        assert!(lot.park("a".into(), 1).is_ok());
-        assert!(lot.park("b".into(), 2).is_ok());
-        assert_eq!(lot.park("c".into(), 3), Err(3), "cap reached");
+        let lot = ParkingLot::new(2, 2, Duration::from_secs(60));
+        assert!(lot.park("a".into(), "p", 1).is_ok());
+        assert!(lot.park("b".into(), "q", 2).is_ok());
+        assert_eq!(lot.park("c".into(), "r", 3), Err((3, Refused::Full)), "cap reached");
+        assert_eq!(lot.admits("r"), Err(Refused::Full));
         assert_eq!(lot.take("a").map(|(v, _)| v), Some(1));
         assert!(lot.take("a").is_none(), "single use");
-        assert!(lot.park("c".into(), 3).is_ok());
+        assert!(lot.park("c".into(), "r", 3).is_ok());
         assert!(lot.expired().is_empty());
         lot.close();
-        assert_eq!(lot.park("d".into(), 4), Err(4), "closed at shutdown");
+        assert_eq!(lot.park("d".into(), "p", 4), Err((4, Refused::Closed)), "closed at shutdown");
         tokio::time::advance(Duration::from_secs(61)).await;
         let mut gone = lot.expired();
         gone.sort();
         assert_eq!(gone, vec![2, 3]);
         assert!(lot.is_empty());
+        assert!(lot.owners.lock().unwrap().is_empty(), "no count left behind");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_principal_cannot_take_the_others_share() {
+        let lot = ParkingLot::new(10, 3, Duration::from_secs(60));
+        for i in 0..3 {
+            assert!(lot.park(format!("a{i}"), "greedy", i).is_ok());
+        }
+        assert_eq!(lot.admits("greedy"), Err(Refused::PrincipalFull));
+        assert_eq!(lot.park("a3".into(), "greedy", 3), Err((3, Refused::PrincipalFull)));
+        assert_eq!(lot.admits("other"), Ok(()));
+        assert!(lot.park("b0".into(), "other", 10).is_ok(), "another principal still parks");
+        lot.take("a0");
+        assert!(lot.park("a3".into(), "greedy", 3).is_ok(), "a freed place is usable again");
+        assert_eq!(lot.len(), 4);
     }
 }

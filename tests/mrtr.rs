@@ -61,7 +61,7 @@ fn no_parking() -> String {
 }
 
 #[tokio::test]
-async fn elicitation_with_no_room_to_park_is_declined_and_the_call_completes() {
+async fn elicitation_with_no_room_to_park_is_declined_upstream_and_the_client_is_told() {
     let up = asking_upstream().await;
     let gw = Gateway::from_toml(&no_parking(), up.url()).await;
 
@@ -73,11 +73,11 @@ async fn elicitation_with_no_room_to_park_is_declined_and_the_call_completes() {
         .send()
         .await;
 
-    assert_eq!(reply.status, 200, "{}", reply.raw);
-    assert_eq!(reply.body["id"], 12);
-    assert_eq!(reply.result()["resultType"], "complete");
-    assert_eq!(reply.result()["content"][0]["text"], "carried on");
+    reply.assert_error(503, -31000, &json!(12));
+    assert_eq!(reply.reason(), Some("too_many_paused_calls"), "{}", reply.raw);
+    assert_eq!(reply.body["error"]["data"]["questionDeclined"], true);
     assert!(!reply.raw.contains(ASK_CITY), "{}", reply.raw);
+    assert!(!reply.raw.contains("carried on"), "not an answer shaped by a decline: {}", reply.raw);
     assert_eq!(answer_to_q1(&up).await["result"]["action"], "cancel");
 }
 

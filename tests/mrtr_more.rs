@@ -853,9 +853,8 @@ async fn with_the_lot_full_a_second_flow_is_declined_and_the_first_still_complet
     let tomorrow = json!({"name": "weather", "arguments": {"when": "tomorrow"}});
     let second =
         gw.request("tools/call").id(json!(2)).params(tomorrow).capabilities(elicitation()).send().await;
-    assert_eq!(second.status, 200, "{}", second.raw);
-    assert_eq!(second.result()["resultType"], "complete", "{}", second.raw);
-    assert_eq!(second.result()["content"][0]["text"], "finished");
+    second.assert_error(503, -31000, &json!(2));
+    assert_eq!(second.reason(), Some("too_many_paused_calls"), "{}", second.raw);
     assert!(!second.raw.contains("City for"), "{}", second.raw);
     let calls = up.calls("tools/call");
     let q = |i: usize| json!(format!("q-{}", calls[i].body["id"]));

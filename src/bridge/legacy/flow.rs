@@ -17,7 +17,8 @@ use super::transport::{SessionWire, Streams};
 use super::{state, translate, Ctx, Legacy};
 use crate::cluster::ForwardError;
 use crate::error::Error;
-use crate::metrics::{MethodLabels, Metrics, ReasonLabels};
+use crate::metrics::{MethodLabels, Metrics, QuotaLabels, ReasonLabels};
+use crate::park::Refused;
 use crate::reply::Reply;
 
 /// Longest time an abandoned flow's upstream stream is read after its
@@ -158,13 +159,13 @@ impl Legacy {
         };
         self.count_parked();
         if flow.round != st.rd {
-            self.put_back(st.f, flow, expires);
+            self.put_back(st.f, &cx.caller.principal, flow, expires);
             return Err(self.rejected(cx, state::Rejected::StaleRound));
         }
         let answers = match answers(&flow, cx.call) {
             Ok(a) => a,
             Err(e) => {
-                self.put_back(st.f, flow, expires);
+                self.put_back(st.f, &cx.caller.principal, flow, expires);
                 return Err(e);
             }
         };
@@ -272,16 +273,19 @@ impl Legacy {
     /// Puts a flow back after a retry that could not use it (wrong round,
     /// malformed answers): the legitimate retry may still come until the
     /// flow's first expiry.
-    fn put_back(&self, id: String, flow: ParkedFlow, expires: tokio::time::Instant) {
-        if let Err(flow) = self.parked.park_until(id, flow, expires) {
+    fn put_back(&self, id: String, owner: &str, flow: ParkedFlow, expires: tokio::time::Instant) {
+        if let Err((flow, _)) = self.parked.park_until(id, owner, flow, expires) {
             tokio::spawn(flow.abandon(self.metrics.clone()));
         }
         self.count_parked();
     }
 
     /// Finishes a flow's turn: parks it on a new round of questions, or shapes
-    /// its final answer. When the parking lot is full, the questions are
-    /// declined on the client's behalf and the upstream's outcome is read instead.
+    /// its final answer. When the flow cannot be parked (the caller's share
+    /// or the whole lot is full, or shutdown), its questions are declined on
+    /// the client's behalf and the upstream's stream is read to its end, so
+    /// the upstream finishes cleanly; the client is told that, not handed an
+    /// answer shaped by a decline it never chose.
     pub(super) async fn conclude(
         &self,
         cx: Ctx<'_>,
@@ -290,18 +294,37 @@ impl Legacy {
         mut done: Done,
         reply: &mut Reply,
     ) -> Done {
+        let mut refused = None;
         loop {
             let Done::Input(questions) = done else {
-                return self.shape(cx, &flow.session, &flow.wire, done);
+                return match refused {
+                    Some(why) => Done::Failed(Error::QuestionDeclined(why)),
+                    None => self.shape(cx, &flow.session, &flow.wire, done),
+                };
             };
             flow.add_questions(questions);
-            match self.park_round(cx, flow_id.clone(), flow) {
-                Ok(result) => return Done::Result(result),
-                Err(back) => flow = *back,
+            if refused.is_none() {
+                match self.park_round(cx, flow_id.clone(), flow) {
+                    Ok(result) => return Done::Result(result),
+                    Err((back, why)) => {
+                        flow = *back;
+                        self.count_refused(cx, why);
+                        refused = Some(why);
+                    }
+                }
             }
             flow.decline_pending(&self.metrics).await;
             done = flow.read_on(self, cx, reply).await;
         }
+    }
+
+    fn count_refused(&self, cx: Ctx<'_>, why: Refused) {
+        let quota = match why {
+            Refused::PrincipalFull => "parked_flows_per_principal",
+            Refused::Full => "parked_flows",
+            Refused::Closed => return,
+        };
+        self.metrics.quota_exceeded.get_or_create(&QuotaLabels { route: cx.route.path.clone(), quota }).inc();
     }
 
     /// Replay mode's counterpart of [`Legacy::conclude`]: questions already
@@ -398,22 +421,22 @@ impl Legacy {
     }
 
     /// Parks `flow` for a new round and returns the `input_required` result;
-    /// gives the flow back when the parking lot is full.
+    /// gives the flow back when it cannot be parked.
     fn park_round(
         &self,
         cx: Ctx<'_>,
         flow_id: Option<String>,
         mut flow: ParkedFlow,
-    ) -> Result<Map<String, Value>, Box<ParkedFlow>> {
-        if self.parked.is_full() {
-            return Err(Box::new(flow));
+    ) -> Result<Map<String, Value>, (Box<ParkedFlow>, Refused)> {
+        if let Err(why) = self.parked.admits(&cx.caller.principal) {
+            return Err((Box::new(flow), why));
         }
         flow.round += 1;
         let id = flow_id.unwrap_or_else(super::random_id);
         let st = self.new_state(cx, &flow, id.clone(), self.parked.ttl());
         let requests = flow.input_requests();
         let init = flow.session.init.clone();
-        self.parked.park(id, flow).map_err(Box::new)?;
+        self.parked.park(id, &cx.caller.principal, flow).map_err(|(flow, why)| (Box::new(flow), why))?;
         self.count_parked();
         self.count_round(cx);
         Ok(translate::input_required(&init, requests, state::seal(&self.sealer, &st)))

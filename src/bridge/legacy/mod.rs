@@ -133,7 +133,12 @@ impl Legacy {
             })
             .collect();
         Legacy {
-            pool: Arc::new(Pool::new(config.pool.max_sessions, config.pool.idle_timeout, metrics.clone())),
+            pool: Arc::new(Pool::new(
+                config.pool.max_sessions,
+                config.limits.max_sessions_per_principal,
+                config.pool.idle_timeout,
+                metrics.clone(),
+            )),
             transports,
             discover: DashMap::new(),
             tool_headers: tool_headers::Cache::default(),
@@ -142,7 +147,11 @@ impl Legacy {
             keepalive: config.keepalive_interval,
             listen_slots: Arc::new(tokio::sync::Semaphore::new(config.limits.max_listen_streams)),
             shutdown,
-            parked: ParkingLot::new(config.limits.max_parked_flows, config.limits.parked_flow_ttl),
+            parked: ParkingLot::new(
+                config.limits.max_parked_flows,
+                config.limits.max_parked_flows_per_principal,
+                config.limits.parked_flow_ttl,
+            ),
             instance: config.cluster.as_ref().map(|c| c.instance_id.clone()).unwrap_or_else(random_id),
             cluster: config.cluster.as_ref().map(|c| {
                 // A forwarded retry may take as long as a direct one.

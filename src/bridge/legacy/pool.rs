@@ -1,6 +1,8 @@
 //! Pooled legacy sessions keyed by (route, principal, capabilities, version).
-//! Bounded globally: when full, the least recently used idle session is closed;
-//! when every session is busy, new keys are refused (503) rather than grown.
+//! Bounded per principal, then globally: at either bound the least recently
+//! used idle session (the principal's own, or anyone's) is closed; when every
+//! such session is busy, new keys are refused (429 for a principal's share,
+//! 503 for the whole pool) rather than grown.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,7 +13,7 @@ use tokio::sync::OnceCell;
 use super::session::{InitError, PoolKey, Session};
 use super::transport::Transport;
 use crate::error::Error;
-use crate::metrics::{Metrics, ReasonLabels};
+use crate::metrics::{Metrics, QuotaLabels, ReasonLabels};
 
 struct Slot {
     cell: OnceCell<Arc<Session>>,
@@ -20,14 +22,15 @@ struct Slot {
 pub struct Pool {
     slots: Mutex<HashMap<PoolKey, Arc<Slot>>>,
     max: usize,
+    per_principal: usize,
     idle: Duration,
     epoch: Instant,
     metrics: Metrics,
 }
 
 impl Pool {
-    pub fn new(max: usize, idle: Duration, metrics: Metrics) -> Pool {
-        Pool { slots: Mutex::new(HashMap::new()), max, idle, epoch: Instant::now(), metrics }
+    pub fn new(max: usize, per_principal: usize, idle: Duration, metrics: Metrics) -> Pool {
+        Pool { slots: Mutex::new(HashMap::new()), max, per_principal, idle, epoch: Instant::now(), metrics }
     }
 
     pub fn now_ms(&self) -> u64 {
@@ -82,24 +85,27 @@ impl Pool {
         if let Some(slot) = slots.get(key) {
             return Ok(slot.clone());
         }
-        if slots.len() >= self.max {
-            let victim = slots
-                .iter()
-                .filter_map(|(k, slot)| {
-                    let s = slot.cell.get()?;
-                    (Arc::strong_count(s) == 1)
-                        .then(|| (k.clone(), s.last_used.load(std::sync::atomic::Ordering::Relaxed)))
-                })
-                .min_by_key(|(_, used)| *used)
-                .map(|(k, _)| k)
-                .ok_or(Error::Overloaded)?;
-            if let Some(old) = slots.remove(&victim).and_then(|s| s.cell.get().cloned()) {
-                self.spawn_close(old, "evicted");
-            }
+        let held = slots.keys().filter(|k| k.principal == key.principal).count();
+        if held >= self.per_principal {
+            let quota = QuotaLabels { route: key.route.clone(), quota: "sessions_per_principal" };
+            let Some(victim) = lru_idle(&slots, |k| k.principal == key.principal) else {
+                self.metrics.quota_exceeded.get_or_create(&quota).inc();
+                return Err(Error::TooManySessions);
+            };
+            self.evict(&mut slots, &victim);
+        } else if slots.len() >= self.max {
+            let victim = lru_idle(&slots, |_| true).ok_or(Error::Overloaded)?;
+            self.evict(&mut slots, &victim);
         }
         let slot = Arc::new(Slot { cell: OnceCell::new() });
         slots.insert(key.clone(), slot.clone());
         Ok(slot)
+    }
+
+    fn evict(&self, slots: &mut HashMap<PoolKey, Arc<Slot>>, victim: &PoolKey) {
+        if let Some(old) = slots.remove(victim).and_then(|s| s.cell.get().cloned()) {
+            self.spawn_close(old, "evicted");
+        }
     }
 
     /// Forgets `session` (after the upstream answered 404 for it).
@@ -178,6 +184,19 @@ impl Pool {
     }
 }
 
+/// The least recently used idle session among the keys `which` picks.
+fn lru_idle(slots: &HashMap<PoolKey, Arc<Slot>>, which: impl Fn(&PoolKey) -> bool) -> Option<PoolKey> {
+    slots
+        .iter()
+        .filter(|(k, _)| which(k))
+        .filter_map(|(k, slot)| {
+            let s = slot.cell.get()?;
+            (Arc::strong_count(s) == 1).then(|| (k, s.last_used.load(std::sync::atomic::Ordering::Relaxed)))
+        })
+        .min_by_key(|(_, used)| *used)
+        .map(|(k, _)| k.clone())
+}
+
 async fn close(metrics: &Metrics, session: &Session, reason: &'static str) {
     session.transport.delete(&session.wire).await;
     let route = Metrics::route(&session.key.route);
@@ -221,7 +240,7 @@ mod tests {
         let metrics = Metrics::register(&mut registry);
         let transport =
             Transport::new(config.routes[0].upstream.clone(), 1 << 20, metrics.clone(), "/mcp".into());
-        let pool = Pool::new(2, Duration::from_secs(60), metrics);
+        let pool = Pool::new(2, 2, Duration::from_secs(60), metrics);
         for principal in ["a", "b", "c"] {
             let key = PoolKey {
                 route: "/mcp".into(),
