@@ -1,6 +1,9 @@
 //! Bounds each SSE event of an upstream stream rather than the whole stream:
 //! a long listen stream or a chatty call may carry any number of events, but
 //! no single event may grow past the limit (memory stays bounded either way).
+//! Also bounds what an upstream message costs once parsed: a JSON tree takes
+//! about 32 bytes per value, so `[0,0,…]` grows sixteen-fold when parsed;
+//! [`too_many_values`] refuses such text before any tree is built.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -82,9 +85,62 @@ where
     }
 }
 
+/// Whether `json` would parse into more values than `max_bytes` allows
+/// (one value per 16 bytes of the limit, so a parsed message costs at most
+/// about twice the byte limit). A single pass counting the commas, brackets
+/// and braces outside strings: every value but the first follows one.
+pub fn too_many_values(json: &[u8], max_bytes: usize) -> bool {
+    let max = (max_bytes / 16).max(MIN_VALUES);
+    if json.len() <= max {
+        return false; // fewer bytes than values allowed: cannot be too many
+    }
+    let (mut values, mut in_string, mut escaped) = (1usize, false, false);
+    for &b in json {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b',' | b'[' | b'{' => {
+                values += 1;
+                if values > max {
+                    return true;
+                }
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+/// However small the byte limit, a message may hold this many values.
+const MIN_VALUES: usize = 4096;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_flat_array_of_zeros_has_too_many_values_and_text_does_not() {
+        let limit = 16 << 20;
+        let zeros = format!("[{}0]", "0,".repeat(4 << 20));
+        assert!(too_many_values(zeros.as_bytes(), limit), "4M values in 8 MiB");
+        let text =
+            format!(r#"{{"result":{{"content":[{{"type":"text","text":"{}"}}]}}}}"#, "a,[{".repeat(3 << 20));
+        assert!(!too_many_values(text.as_bytes(), limit), "commas inside a string are not values");
+        let escaped = format!(r#"["{}"]"#, r#"\",\""#.repeat(1 << 20));
+        assert!(!too_many_values(escaped.as_bytes(), limit), "escaped quotes stay inside the string");
+        let tools =
+            format!("[{}]", vec![r#"{"name":"t","inputSchema":{"type":"object"}}"#; 10_000].join(","));
+        assert!(!too_many_values(tools.as_bytes(), limit), "a large ordinary list passes");
+        assert!(!too_many_values(b"[1,2,3]", 0), "small messages always pass");
+    }
 
     #[test]
     fn many_small_events_pass_and_one_large_event_fails() {

@@ -164,6 +164,10 @@ impl Transport {
             return Err(if success { PostError::Invalid("content type") } else { PostError::Status(status) });
         }
         let body = self.read_limited(resp.body).await?;
+        // Whichever way it is read below, the tree is bounded (free under 1 MiB).
+        if super::event_limit::too_many_values(&body, self.max_response) {
+            return Err(PostError::TooLarge);
+        }
         if success {
             if let Some((id, result)) = plain_result(&body) {
                 return Ok(Reply::Result { id, result });
@@ -340,6 +344,9 @@ impl EventStream {
         let Some(data) = event.data.filter(|d| !d.trim().is_empty()) else {
             return Ok(()); // priming event or keep-alive
         };
+        if super::event_limit::too_many_values(data.as_bytes(), self.transport.max_response) {
+            return Err(StreamEnd::TooLarge);
+        }
         match serde_json::from_str::<Value>(&data) {
             Ok(Value::Array(batch)) => self.pending.extend(batch),
             Ok(v) => self.pending.push_back(v),
