@@ -44,6 +44,13 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
+/// The internal listener's refusals (cluster mode): no route label, the
+/// request was refused before its route was trusted.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusedLabels {
+    pub reason: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HeaderLabels {
     pub header: &'static str,
@@ -69,6 +76,7 @@ pub struct Metrics {
     pub mrtr_rounds: Family<MethodLabels, Counter>,
     pub parked_flows_open: Gauge,
     pub parked_flows_expired: Family<RouteLabels, Counter>,
+    pub internal_refused: Family<RefusedLabels, Counter>,
 }
 
 fn duration_histogram() -> Histogram {
@@ -94,6 +102,7 @@ impl Metrics {
             mrtr_rounds: Family::default(),
             parked_flows_open: Gauge::default(),
             parked_flows_expired: Family::default(),
+            internal_refused: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("sessionless");
         r.register("requests", "Client requests by generation and outcome", m.requests.clone());
@@ -143,6 +152,11 @@ impl Metrics {
             "parked_flows_expired",
             "Paused calls whose retry never came (questions declined upstream)",
             m.parked_flows_expired.clone(),
+        );
+        r.register(
+            "internal_refused",
+            "Requests refused by the internal listener (cluster mode), by reason",
+            m.internal_refused.clone(),
         );
         m
     }

@@ -33,6 +33,8 @@ pub struct Gateway {
     registry: Registry,
     draining: AtomicBool,
     limit: Arc<tokio::sync::Semaphore>,
+    /// Cluster mode: the internal listener's signature and replay checks.
+    gate: Option<cluster::Gate>,
 }
 
 impl Gateway {
@@ -41,7 +43,9 @@ impl Gateway {
         let metrics = Metrics::register(&mut registry);
         let sealer = Arc::new(Sealer::new(config.keys.clone()));
         let legacy = Arc::new(Legacy::new(&config, sealer, metrics.clone(), shutdown));
+        let gate = config.cluster.as_ref().map(|c| cluster::Gate::new(c, metrics.internal_refused.clone()));
         Gateway {
+            gate,
             limit: Arc::new(tokio::sync::Semaphore::new(config.limits.max_concurrent_requests)),
             config: Arc::new(config),
             legacy,
@@ -146,36 +150,37 @@ impl Gateway {
     }
 
     /// The internal listener (cluster mode): a retry forwarded by another
-    /// replica, with the caller's principal, to be answered as if received here.
+    /// replica, signed, with the caller's principal, to be answered as if
+    /// received here. Only the retry of a call paused on this replica gets
+    /// through; anything else is refused before any upstream work.
     pub async fn internal(self: Arc<Self>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
         let started = Instant::now();
-        let Some(cluster) = &self.config.cluster else {
-            return Ok(cluster::refusal(StatusCode::NOT_FOUND));
-        };
-        if req.uri().path() != cluster::RETRY_PATH || req.method() != http::Method::POST {
-            return Ok(cluster::refusal(StatusCode::NOT_FOUND));
-        }
-        if !cluster::authorized(req.headers(), &cluster.secret) {
-            tracing::warn!("internal listener: request without the cluster secret refused");
-            return Ok(cluster::refusal(StatusCode::UNAUTHORIZED));
-        }
-        let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
-        let (Some(route_path), Some(principal)) =
-            (header(cluster::ROUTE_HEADER), header(cluster::PRINCIPAL_HEADER))
-        else {
-            return Ok(cluster::refusal(StatusCode::BAD_REQUEST));
-        };
-        let Some(route) = self.config.route_for(&route_path).cloned() else {
+        let Some(gate) = &self.gate else {
             return Ok(cluster::refusal(StatusCode::NOT_FOUND));
         };
         let (parts, body) = req.into_parts();
-        let body = match read_body(body, self.config.limits.max_body_bytes).await {
-            Ok(b) => b,
-            Err(e) => return Ok(self.reject(&route, None, &e, started)),
+        let head = match gate.head(&parts) {
+            Ok(head) => head,
+            Err(why) => return Ok(gate.refuse(why)),
         };
-        let caller =
-            Caller { principal, headers: Caller::mcp_headers(&parts.headers), body, forwarded: true };
-        Ok(self.dispatch(route, caller, started).await)
+        let Ok(body) = read_body(body, self.config.limits.max_body_bytes).await else {
+            return Ok(gate.refuse(cluster::Refused::TooLarge));
+        };
+        let headers = Caller::mcp_headers(&parts.headers);
+        if let Err(why) = gate.verify(&head, &headers, &body) {
+            return Ok(gate.refuse(why));
+        }
+        let Some(route) = self.config.route_for(&head.route).cloned() else {
+            return Ok(gate.refuse(cluster::Refused::UnknownRoute));
+        };
+        let Ok(Message::Call(call)) = front::parse(&headers, &body) else {
+            return Ok(gate.refuse(cluster::Refused::NotARetry));
+        };
+        if let Err(why) = self.legacy.admit_forwarded(&route, &call, &head.principal) {
+            return Ok(gate.refuse(why));
+        }
+        let caller = Caller { principal: head.principal, headers, body, forwarded: true };
+        Ok(self.run(route, *call, caller, started).await)
     }
 
     /// Parses the request and runs it to its answer: front → bridge → reply.
@@ -190,6 +195,17 @@ impl Gateway {
             Ok(Message::Call(call)) => *call,
             Err(rej) => return self.reject(&route, rej.id.as_ref(), &rej.error, started),
         };
+        self.run(route, call, caller, started).await
+    }
+
+    /// Runs a parsed call to its answer: bridge → reply.
+    async fn run(
+        self: Arc<Self>,
+        route: Arc<Route>,
+        call: front::Call,
+        caller: Caller,
+        started: Instant,
+    ) -> Response<Body> {
         // Draining: retries of paused calls are still served, new calls go elsewhere.
         if self.draining.load(Ordering::SeqCst) && !call.params.contains_key("requestState") {
             return self.reject(&route, Some(&call.id), &Error::Overloaded, started);
@@ -248,7 +264,14 @@ pub enum Listener {
 const GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Accepts connections until `stop` fires, then gives open ones a short grace.
-pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener, stop: CancellationToken, kind: Listener) {
+/// With `tls`, each connection's handshake runs in its own task first.
+pub async fn serve(
+    gateway: Arc<Gateway>,
+    listener: TcpListener,
+    stop: CancellationToken,
+    kind: Listener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let builder = auto::Builder::new(TokioExecutor::new());
     loop {
@@ -274,6 +297,17 @@ pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener, stop: Cancellat
                 }
             }
         });
+        if let Some(tls) = tls.clone() {
+            let (builder, watcher) = (builder.clone(), graceful.watcher());
+            tokio::spawn(async move {
+                if let Some(stream) = cluster::tls::accept(&tls, stream).await {
+                    let _ = watcher
+                        .watch(builder.serve_connection(TokioIo::new(stream), service).into_owned())
+                        .await;
+                }
+            });
+            continue;
+        }
         let conn = builder.serve_connection(TokioIo::new(stream), service);
         let conn = graceful.watch(conn.into_owned());
         tokio::spawn(async move {

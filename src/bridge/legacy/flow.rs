@@ -15,8 +15,10 @@ use super::mrtr::{self, ParkedFlow};
 use super::session::Session;
 use super::transport::{SessionWire, Streams};
 use super::{state, translate, Ctx, Legacy};
-use crate::cluster::ForwardError;
+use crate::cluster::{ForwardError, Refused};
+use crate::config::Route;
 use crate::error::Error;
+use crate::front::Call;
 use crate::metrics::{MethodLabels, Metrics, ReasonLabels};
 use crate::reply::Reply;
 
@@ -136,6 +138,13 @@ impl Legacy {
             now_ms: state::now_ms(),
         };
         let st = state::open(&self.sealer, blob, &expect).map_err(|why| self.rejected(cx, why))?;
+        if cx.caller.forwarded {
+            // Admitted by `admit_forwarded`: a flow parked here, nothing else.
+            if st.re || st.ans.is_some() || st.own != self.instance {
+                return Err(self.rejected(cx, state::Rejected::Invalid));
+            }
+            return self.resume_here(cx, st, reply).await.map(Resumed::Done);
+        }
         if st.re {
             mrtr::answers_by_key(st.k.keys(), &cx.call.params)?;
             return Ok(Resumed::Reissue);
@@ -148,6 +157,34 @@ impl Legacy {
             return self.resume_elsewhere(cx, &st, reply).await.map(Resumed::Done);
         }
         self.resume_here(cx, st, reply).await.map(Resumed::Done)
+    }
+
+    /// The internal listener's check (cluster mode), before anything runs: a
+    /// forwarded request must be the retry of a call paused on this replica
+    /// (a park-mode `requestState` that opens, owned by this instance at this
+    /// address) for the signed principal. Expiry, arguments and whether the
+    /// flow is still parked are left to [`Legacy::resume`], whose answers to
+    /// those are the client's.
+    pub fn admit_forwarded(&self, route: &Route, call: &Call, principal: &str) -> Result<(), Refused> {
+        let Some(Value::String(blob)) = call.params.get("requestState") else {
+            return Err(Refused::NotARetry);
+        };
+        if !call.method.allows_input() {
+            return Err(Refused::NotARetry);
+        }
+        let st = state::peek(&self.sealer, blob, &route.path, call.method.as_str())
+            .map_err(|_| Refused::NotARetry)?;
+        if st.re || st.ans.is_some() {
+            return Err(Refused::NotARetry);
+        }
+        if st.p != principal {
+            return Err(Refused::WrongPrincipal);
+        }
+        let here = self.cluster.as_ref().map(|c| c.advertise());
+        if st.own != self.instance || st.oa.is_none() || st.oa.as_deref() != here {
+            return Err(Refused::NotOwner);
+        }
+        Ok(())
     }
 
     /// The flow is parked in this process: deliver the answers and read on.
