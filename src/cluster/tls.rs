@@ -200,3 +200,61 @@ pub fn handshake_failed(e: &(dyn std::error::Error + 'static)) -> bool {
     }
     false
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A certificate for 127.0.0.1 signed by a fresh CA, written to a directory of its own.
+    fn files(tag: &str) -> (String, String, String) {
+        let dir = std::env::temp_dir().join(format!("sessionless-unit-tls-{}-{tag}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = ca.self_signed(&ca_key).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .unwrap()
+            .signed_by(&key, &ca, &ca_key)
+            .unwrap();
+        let path = |name: &str, pem: String| {
+            let p = dir.join(name);
+            std::fs::write(&p, pem).unwrap();
+            p.display().to_string()
+        };
+        (path("cert.pem", cert.pem()), path("key.pem", key.serialize_pem()), path("ca.pem", ca.pem()))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_never_finishes_its_handshake_is_dropped_at_the_timeout() {
+        let (cert, key, ca) = files("timeout");
+        let acceptor = acceptor(&load(&cert, &key, &ca, None).unwrap());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let _silent = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (tcp, _) = listener.accept().await.unwrap();
+        let started = tokio::time::Instant::now();
+        assert!(accept(&acceptor, tcp).await.is_none());
+        assert_eq!(started.elapsed(), HANDSHAKE_TIMEOUT);
+    }
+
+    #[test]
+    fn files_that_are_not_what_they_should_be_are_named() {
+        let (cert, key, ca) = files("names");
+        let err = |r: Result<ClusterTls, String>| r.err().expect("refused");
+        assert!(err(load("/nonexistent/cert.pem", &key, &ca, None))
+            .contains("tls_cert_file /nonexistent/cert.pem"));
+        assert!(err(load(&cert, &cert, &ca, None)).contains("tls_key_file"));
+        assert!(err(load(&cert, &key, &key, None)).contains("tls_ca_file"));
+        assert!(err(load(&cert, &key, &ca, Some("not a name!"))).contains("tls_server_name"));
+        assert!(load(&cert, &key, &ca, Some("replica.internal")).unwrap().server_name.is_some());
+    }
+
+    #[test]
+    fn only_handshake_failures_are_told_apart() {
+        let failed = HandshakeFailed(io::Error::other("bad certificate"));
+        let wrapped: Box<dyn std::error::Error + Send + Sync> = Box::new(failed);
+        assert!(handshake_failed(wrapped.as_ref()));
+        assert!(!handshake_failed(&io::Error::other("connection refused")));
+    }
+}
