@@ -163,8 +163,10 @@ impl Gateway {
             Ok(head) => head,
             Err(why) => return Ok(gate.refuse(why)),
         };
-        let Ok(body) = read_body(body, self.config.limits.max_body_bytes).await else {
-            return Ok(gate.refuse(cluster::Refused::TooLarge));
+        let body = match read_body(body, self.config.limits.max_body_bytes).await {
+            Ok(body) => body,
+            Err(Error::PayloadTooLarge(_)) => return Ok(gate.refuse(cluster::Refused::TooLarge)),
+            Err(_) => return Ok(gate.refuse(cluster::Refused::Unreadable)),
         };
         let headers = Caller::mcp_headers(&parts.headers);
         if let Err(why) = gate.verify(&head, &headers, &body) {

@@ -158,6 +158,8 @@ pub enum Refused {
     /// Timestamp outside [`sign::WINDOW_MS`].
     Stale,
     TooLarge,
+    /// The body broke off.
+    Unreadable,
     /// The signature does not verify (wrong secret, altered request).
     BadSignature,
     /// The same signed request again.
@@ -181,6 +183,7 @@ impl Refused {
             Refused::Unsigned => "unsigned",
             Refused::Stale => "stale",
             Refused::TooLarge => "too_large",
+            Refused::Unreadable => "unreadable",
             Refused::BadSignature => "bad_signature",
             Refused::Replayed => "replayed",
             Refused::Busy => "busy",
@@ -198,6 +201,7 @@ impl Refused {
                 StatusCode::UNAUTHORIZED
             }
             Refused::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Refused::Unreadable => StatusCode::BAD_REQUEST,
             Refused::Busy => StatusCode::SERVICE_UNAVAILABLE,
             Refused::NotARetry | Refused::WrongPrincipal | Refused::NotOwner => StatusCode::FORBIDDEN,
         }

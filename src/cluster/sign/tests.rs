@@ -31,13 +31,13 @@ fn every_field_changes_the_encoding() {
     let reference = canonical(&base(&h));
     let more = headers(&[("mcp-method", "tools/call"), ("mcp-name", "ask"), ("mcp-param-region", "eu")]);
     let renamed = headers(&[("mcp-method", "tools/call"), ("mcp-name", "other")]);
-    let variants: Vec<Box<dyn Fn(&mut Signed<'_>)>> = vec![
-        Box::new(|s| s.audience = "10.0.0.6:8081"),
-        Box::new(|s| s.route = "/other"),
-        Box::new(|s| s.principal = "b:0123"),
-        Box::new(|s| s.body = b"{\"jsonrpc\":\"2.0\" }"),
-        Box::new(|s| s.timestamp_ms += 1),
-        Box::new(|s| s.nonce = &OTHER_NONCE),
+    let variants: [fn(&mut Signed<'_>); 6] = [
+        |s| s.audience = "10.0.0.6:8081",
+        |s| s.route = "/other",
+        |s| s.principal = "b:0123",
+        |s| s.body = b"{\"jsonrpc\":\"2.0\" }",
+        |s| s.timestamp_ms += 1,
+        |s| s.nonce = &OTHER_NONCE,
     ];
     for (i, change) in variants.iter().enumerate() {
         let mut s = base(&h);
