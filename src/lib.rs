@@ -70,19 +70,22 @@ pub async fn run(config: Config) -> std::io::Result<Running> {
     };
     let internal_addr = internal.as_ref().map(TcpListener::local_addr).transpose()?;
     let drain_timeout = config.drain_timeout;
+    let config_tls = config.cluster.as_ref().and_then(|c| c.tls.clone());
     let (drain, stop) = (CancellationToken::new(), CancellationToken::new());
     let gateway = Arc::new(server::Gateway::new(config, stop.clone()));
     let mut tasks = vec![
         tokio::spawn(gateway.legacy().pool().clone().run_reaper(stop.clone())),
         tokio::spawn(gateway.legacy().clone().run_flow_reaper(stop.clone())),
-        tokio::spawn(server::serve(gateway.clone(), listener, stop.clone(), server::Listener::Public)),
+        tokio::spawn(server::serve(gateway.clone(), listener, stop.clone(), server::Listener::Public, None)),
     ];
     if let Some(internal) = internal {
+        let tls = config_tls.as_ref().map(cluster::tls::acceptor);
         tasks.push(tokio::spawn(server::serve(
             gateway.clone(),
             internal,
             stop.clone(),
             server::Listener::Internal,
+            tls,
         )));
     }
     let draining = drain.clone();

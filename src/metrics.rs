@@ -44,6 +44,13 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
+/// The internal listener's refusals (cluster mode): no route label, the
+/// request was refused before its route was trusted.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusedLabels {
+    pub reason: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HeaderLabels {
     pub header: &'static str,
@@ -83,6 +90,7 @@ pub struct Metrics {
     pub client_connections_open: Gauge,
     pub client_connections_ended: Family<EndedLabels, Counter>,
     pub quota_exceeded: Family<QuotaLabels, Counter>,
+    pub internal_refused: Family<RefusedLabels, Counter>,
 }
 
 fn duration_histogram() -> Histogram {
@@ -111,6 +119,7 @@ impl Metrics {
             client_connections_open: Gauge::default(),
             client_connections_ended: Family::default(),
             quota_exceeded: Family::default(),
+            internal_refused: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("sessionless");
         r.register("requests", "Client requests by generation and outcome", m.requests.clone());
@@ -171,6 +180,11 @@ impl Metrics {
             "quota_exceeded",
             "Requests refused or questions declined because a per-principal quota was reached",
             m.quota_exceeded.clone(),
+        );
+        r.register(
+            "internal_refused",
+            "Requests refused by the internal listener (cluster mode), by reason",
+            m.internal_refused.clone(),
         );
         m
     }

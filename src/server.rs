@@ -14,6 +14,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use crate::bridge::legacy::{Caller, Legacy};
@@ -33,6 +34,8 @@ pub struct Gateway {
     registry: Registry,
     draining: AtomicBool,
     limit: Arc<tokio::sync::Semaphore>,
+    /// Cluster mode: the internal listener's signature and replay checks.
+    gate: Option<cluster::Gate>,
 }
 
 impl Gateway {
@@ -41,7 +44,9 @@ impl Gateway {
         let metrics = Metrics::register(&mut registry);
         let sealer = Arc::new(Sealer::new(config.keys.clone()));
         let legacy = Arc::new(Legacy::new(&config, sealer, metrics.clone(), shutdown));
+        let gate = config.cluster.as_ref().map(|c| cluster::Gate::new(c, metrics.internal_refused.clone()));
         Gateway {
+            gate,
             limit: Arc::new(tokio::sync::Semaphore::new(config.limits.max_concurrent_requests)),
             config: Arc::new(config),
             legacy,
@@ -154,39 +159,44 @@ impl Gateway {
     }
 
     /// The internal listener (cluster mode): a retry forwarded by another
-    /// replica, with the caller's principal, to be answered as if received here.
+    /// replica, signed, with the caller's principal, to be answered as if
+    /// received here. Only the retry of a call paused on this replica gets
+    /// through; anything else is refused before any upstream work.
     pub async fn internal(self: Arc<Self>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
         let started = Instant::now();
-        let Some(cluster) = &self.config.cluster else {
+        let Some(gate) = &self.gate else {
             return Ok(cluster::refusal(StatusCode::NOT_FOUND));
         };
-        if req.uri().path() != cluster::RETRY_PATH || req.method() != http::Method::POST {
-            return Ok(cluster::refusal(StatusCode::NOT_FOUND));
-        }
-        if !cluster::authorized(req.headers(), &cluster.secret) {
-            tracing::warn!("internal listener: request without the cluster secret refused");
-            return Ok(cluster::refusal(StatusCode::UNAUTHORIZED));
-        }
-        let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
-        let (Some(route_path), Some(principal)) =
-            (header(cluster::ROUTE_HEADER), header(cluster::PRINCIPAL_HEADER))
-        else {
-            return Ok(cluster::refusal(StatusCode::BAD_REQUEST));
-        };
-        let Some(route) = self.config.route_for(&route_path).cloned() else {
-            return Ok(cluster::refusal(StatusCode::NOT_FOUND));
-        };
+        // Before the body is read, as on the public listener.
         let Ok(permit) = self.limit.clone().try_acquire_owned() else {
-            return Ok(self.reject(&route, None, &Error::Overloaded, started));
+            let overloaded = error_body(None, &Error::Overloaded, SUPPORTED_VERSIONS);
+            return Ok(reply::json_response(Error::Overloaded.status(), &overloaded));
         };
         let (parts, body) = req.into_parts();
-        let body = match read_body(body, self.config.limits.max_body_bytes, &self.config.connections).await {
-            Ok(b) => b,
-            Err(e) => return Ok(self.reject(&route, None, &e, started)),
+        let head = match gate.head(&parts) {
+            Ok(head) => head,
+            Err(why) => return Ok(gate.refuse(why)),
         };
-        let caller =
-            Caller { principal, headers: Caller::mcp_headers(&parts.headers), body, forwarded: true };
-        Ok(self.dispatch(route, caller, permit, started).await)
+        let body = match read_body(body, self.config.limits.max_body_bytes, &self.config.connections).await {
+            Ok(body) => body,
+            Err(Error::PayloadTooLarge(_)) => return Ok(gate.refuse(cluster::Refused::TooLarge)),
+            Err(_) => return Ok(gate.refuse(cluster::Refused::Unreadable)),
+        };
+        let headers = Caller::mcp_headers(&parts.headers);
+        if let Err(why) = gate.verify(&head, &headers, &body) {
+            return Ok(gate.refuse(why));
+        }
+        let Some(route) = self.config.route_for(&head.route).cloned() else {
+            return Ok(gate.refuse(cluster::Refused::UnknownRoute));
+        };
+        let Ok(Message::Call(call)) = front::parse(&headers, &body) else {
+            return Ok(gate.refuse(cluster::Refused::NotARetry));
+        };
+        if let Err(why) = self.legacy.admit_forwarded(&route, &call, &head.principal) {
+            return Ok(gate.refuse(why));
+        }
+        let caller = Caller { principal: head.principal, headers, body, forwarded: true };
+        Ok(self.run(route, *call, caller, permit, started).await)
     }
 
     /// Parses the request and runs it to its answer: front → bridge → reply.
@@ -194,7 +204,7 @@ impl Gateway {
         self: Arc<Self>,
         route: Arc<Route>,
         caller: Caller,
-        permit: tokio::sync::OwnedSemaphorePermit,
+        permit: OwnedSemaphorePermit,
         started: Instant,
     ) -> Response<Body> {
         let call = match front::parse(&caller.headers, &caller.body) {
@@ -202,6 +212,18 @@ impl Gateway {
             Ok(Message::Call(call)) => *call,
             Err(rej) => return self.reject(&route, rej.id.as_ref(), &rej.error, started),
         };
+        self.run(route, call, caller, permit, started).await
+    }
+
+    /// Runs a parsed call to its answer: bridge → reply.
+    async fn run(
+        self: Arc<Self>,
+        route: Arc<Route>,
+        call: front::Call,
+        caller: Caller,
+        permit: OwnedSemaphorePermit,
+        started: Instant,
+    ) -> Response<Body> {
         // Draining: retries of paused calls are still served, new calls go elsewhere.
         if self.draining.load(Ordering::SeqCst) && !call.params.contains_key("requestState") {
             return self.reject(&route, Some(&call.id), &Error::Overloaded, started);
@@ -305,8 +327,14 @@ const GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 /// Accepts connections until `stop` fires, then gives open ones a short grace.
 /// At most `max_connections` are open at once: at the cap the gateway stops
 /// accepting (the kernel's backlog holds the rest) and says so once per
-/// interval. Each connection is watched for slow heads and idleness.
-pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener, stop: CancellationToken, kind: Listener) {
+/// interval. With `tls`, each connection's handshake runs in its own task first.
+pub async fn serve(
+    gateway: Arc<Gateway>,
+    listener: TcpListener,
+    stop: CancellationToken,
+    kind: Listener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let limits = Arc::new(gateway.config.connections.clone());
     let builder = crate::conn::builder(&limits);
@@ -347,9 +375,41 @@ pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener, stop: Cancellat
             },
         };
         let _ = stream.set_nodelay(true);
+        let conn = Connection {
+            gateway: gateway.clone(),
+            kind,
+            builder: builder.clone(),
+            watcher: graceful.watcher(),
+            limits: limits.clone(),
+        };
+        tokio::spawn(conn.run(stream, tls.clone(), slot));
+    }
+    drop(listener);
+    if tokio::time::timeout(GRACE, graceful.shutdown()).await.is_err() {
+        tracing::warn!(?kind, "connections still open after the grace period");
+    }
+}
+
+/// One accepted client connection, served in a task of its own.
+struct Connection {
+    gateway: Arc<Gateway>,
+    kind: Listener,
+    builder: hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>,
+    watcher: hyper_util::server::graceful::Watcher,
+    limits: Arc<ConnLimits>,
+}
+
+impl Connection {
+    /// Serves the connection until it ends, the client overstays (a slow
+    /// head, idle too long), or shutdown's grace ends it; then frees its slot.
+    async fn run(
+        self,
+        stream: tokio::net::TcpStream,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+        slot: OwnedSemaphorePermit,
+    ) {
         let watch = crate::conn::Watch::new();
-        let gw = gateway.clone();
-        let requests = watch.clone();
+        let (gw, kind, requests) = (self.gateway.clone(), self.kind, watch.clone());
         let service = hyper::service::service_fn(move |req| {
             let (gw, busy) = (gw.clone(), requests.begin());
             async move {
@@ -360,24 +420,30 @@ pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener, stop: Cancellat
                 Ok::<_, Infallible>(resp?.map(|body| Tracked::new(body, busy)))
             }
         });
-        let io = TokioIo::new(crate::conn::Watched::new(stream, watch.clone()));
-        let conn = graceful.watch(builder.serve_connection(io, service).into_owned());
-        let (metrics, limits) = (gateway.metrics.clone(), limits.clone());
+        let metrics = &self.gateway.metrics;
         metrics.client_connections_open.inc();
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = conn => {}
-                why = watch.overstayed(&limits) => {
-                    metrics.client_connections_ended.get_or_create(&EndedLabels { reason: why.reason() }).inc();
+        let serve = async {
+            let (builder, watcher) = (&self.builder, self.watcher);
+            match tls {
+                None => {
+                    let io = TokioIo::new(crate::conn::Watched::new(stream, watch.clone()));
+                    let _ = watcher.watch(builder.serve_connection(io, service).into_owned()).await;
+                }
+                Some(tls) => {
+                    let Some(stream) = cluster::tls::accept(&tls, stream).await else { return };
+                    let io = TokioIo::new(crate::conn::Watched::new(stream, watch.clone()));
+                    let _ = watcher.watch(builder.serve_connection(io, service).into_owned()).await;
                 }
             }
-            metrics.client_connections_open.dec();
-            drop(slot);
-        });
-    }
-    drop(listener);
-    if tokio::time::timeout(GRACE, graceful.shutdown()).await.is_err() {
-        tracing::warn!(?kind, "connections still open after the grace period");
+        };
+        tokio::select! {
+            _ = serve => {}
+            why = watch.overstayed(&self.limits) => {
+                metrics.client_connections_ended.get_or_create(&EndedLabels { reason: why.reason() }).inc();
+            }
+        }
+        metrics.client_connections_open.dec();
+        drop(slot);
     }
 }
 

@@ -12,17 +12,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::Request;
-use http_body_util::Full;
 use serde_json::{json, Value};
-use support::cluster::{free_port, ClusterEnv, Replica};
-use support::{Answer, FakeUpstream, Reply, Seen, Step, Upstream};
+use support::cluster::{free_port, ClusterEnv, Internal, Replica, TlsFiles};
+use support::{Answer, FakeUpstream, ModernRequest, Reply, Seen, Step, Upstream};
 
 // ---------------------------------------------------------------- helpers
 
 const REQUESTS: &str = "sessionless_requests_total";
 const PARKED: &str = "sessionless_parked_flows_open";
+const REFUSED: &str = "sessionless_internal_refused_total";
 
 fn elicitation() -> Value {
     json!({"elicitation": {}})
@@ -98,14 +96,17 @@ fn retry_params(flow: u64, state: &str, key: &str) -> Value {
     p
 }
 
-/// The retry of `flow` (with its answer) sent to `r`.
-async fn retry(r: &Replica, flow: u64, state: &str, key: &str) -> Reply {
+/// The retry of `flow` (with its answer) to `r`, not sent yet.
+fn retry_request(r: &Replica, flow: u64, state: &str, key: &str) -> ModernRequest {
     r.request("tools/call")
         .id(json!(flow * 10 + 2))
         .params(retry_params(flow, state, key))
         .capabilities(elicitation())
-        .send()
-        .await
+}
+
+/// The retry of `flow` (with its answer) sent to `r`.
+async fn retry(r: &Replica, flow: u64, state: &str, key: &str) -> Reply {
+    retry_request(r, flow, state, key).send().await
 }
 
 fn assert_done(reply: &Reply, flow: u64, what: &str) {
@@ -665,20 +666,15 @@ async fn wrong_secret_on_the_owner_is_a_clear_error_and_nothing_reaches_the_upst
     assert_eq!(a.metric(PARKED).await, 1.0, "the flow is still parked on gw-a");
     assert_eq!(a.metric(REQUESTS).await, 1.0, "gw-a's MCP side saw only round 1");
 
-    // The internal listener itself: no secret or a wrong one is 401, marked refused.
-    for secret in [None, Some(hex(b"not the secret at all"))] {
-        let mut req = Request::post(format!("http://{}/internal/v1/retry", a.internal))
-            .header("content-type", "application/json")
-            .header("x-sessionless-route", "/mcp")
-            .header("x-sessionless-principal", "anonymous");
-        if let Some(s) = &secret {
-            req = req.header("x-sessionless-secret", s.as_str());
-        }
-        let body = json!({"jsonrpc": "2.0", "id": 12, "method": "tools/call", "params": retry_params(1, &state, &key)});
-        let reply = a.raw(req.body(Full::new(Bytes::from(body.to_string()))).unwrap()).await;
-        assert_eq!(reply.status, 401, "secret {secret:?}: {}", reply.raw);
+    // The internal listener itself: unsigned, or signed with another secret, is 401, marked refused.
+    let direct = Internal::of(&a, &retry_request(&a, 1, &state, &key));
+    for signature in [None, Some(direct.signature(&env.secret))] {
+        let reply = a.raw(direct.request(signature.as_deref())).await;
+        assert_eq!(reply.status, 401, "signature {signature:?}: {}", reply.raw);
         assert_eq!(reply.header("x-sessionless-refused"), Some("1"));
     }
+    assert_eq!(a.metric_where(REFUSED, "reason=\"bad_signature\"").await, 2.0, "gw-b's and ours");
+    assert_eq!(a.metric_where(REFUSED, "reason=\"unsigned\"").await, 1.0);
 
     // The owner still completes the flow when the retry reaches it directly.
     assert_done(&retry(&a, 1, &state, &key).await, 1, "retry on the owner");
@@ -727,13 +723,15 @@ async fn a_forwarded_retry_is_never_forwarded_again() {
 
     let (state, key) = round1(&c, 1).await;
     let started = Instant::now();
-    let lost = retry(&b, 1, &state, &key).await;
+    let refused = retry(&b, 1, &state, &key).await;
 
-    lost.assert_error(400, -32602, &json!(12));
-    assert_eq!(lost.reason(), Some("flow_lost"), "{}", lost.raw);
+    // gw-a does not own the flow: it refuses (it neither forwards nor takes
+    // the call over while its owner may be alive), and gw-b says so.
+    refused.assert_error(502, -32603, &json!(12));
+    assert_eq!(refused.reason(), Some("replica_refused"), "{}", refused.raw);
     assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
-    assert_eq!(a.metric(REQUESTS).await, 1.0, "gw-a handled the forwarded retry once");
-    assert_eq!(b.metric_where(REQUESTS, "outcome=\"forwarded\"").await, 1.0);
+    assert_eq!(a.metric(REQUESTS).await, 0.0, "gw-a ran nothing");
+    assert_eq!(a.metric_where(REFUSED, "reason=\"not_owner\"").await, 1.0);
     assert!(up.responses().is_empty(), "{}", up.dump());
     assert_eq!(c.metric(PARKED).await, 1.0, "gw-c still holds the flow");
     assert_done(&retry(&c, 1, &state, &key).await, 1, "retry on gw-c itself");
@@ -863,10 +861,200 @@ async fn a_draining_replica_keeps_serving_a_flow_whose_retry_led_to_another_ques
     assert!(a.stopped_within(Duration::from_secs(5)).await.is_some(), "gw-a exits once the flow is done");
 }
 
+// ---------------------------------------------------------------- the internal listener
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Asserts `reply` is the internal listener's refusal with `status`.
+fn assert_refused(reply: &Reply, status: u16, what: &str) {
+    assert_eq!(reply.status, status, "{what}: {}", reply.raw);
+    assert_eq!(reply.header("x-sessionless-refused"), Some("1"), "{what}: marked refused");
+}
+
+/// Round 1 of flow 1 on gw-a, and its retry forwarded to gw-a, signed as gw-b would.
+async fn parked_and_signed(env: &ClusterEnv, up: &Upstream) -> (Replica, Replica, Internal) {
+    let (a, b) = pair(env, up, "").await;
+    let (state, key) = round1(&a, 1).await;
+    let signed = Internal::of(&a, &retry_request(&b, 1, &state, &key));
+    (a, b, signed)
+}
+
+/// Nothing of flow 1's retry reached the upstream, and gw-a still holds it.
+async fn assert_untouched(a: &Replica, up: &Upstream, what: &str) {
+    assert!(up.responses().is_empty(), "{what}: nothing posted upstream: {}", up.dump());
+    assert_eq!(calls_of(up, 1).len(), 1, "{what}: only round 1 ran");
+    assert_eq!(a.metric(PARKED).await, 1.0, "{what}: still parked");
+}
+
+#[tokio::test]
+async fn a_retry_signed_as_a_replica_signs_it_completes_once_and_its_replay_is_refused() {
+    let up = asking(false, 0).start().await;
+    let env = ClusterEnv::new("signed_replay");
+    let (a, _b, signed) = parked_and_signed(&env, &up).await;
+    let signature = signed.signature(&env.secret);
+
+    let done = a.raw(signed.request(Some(&signature))).await;
+    let again = a.raw(signed.request(Some(&signature))).await;
+
+    assert_done(&done, 1, "a signed retry sent straight to the owner");
+    assert_refused(&again, 401, "the same signed request again");
+    assert_eq!(a.metric_where(REFUSED, "reason=\"replayed\"").await, 1.0);
+    assert_answered_once_on_round1_session(&up, 1);
+}
+
+#[tokio::test]
+async fn a_signature_under_another_secret_is_refused_and_nothing_reaches_the_upstream() {
+    let up = asking(false, 0).start().await;
+    let env = ClusterEnv::new("forged");
+    let (a, b, signed) = parked_and_signed(&env, &up).await;
+
+    for secret in
+        ["not the cluster secret at all".to_string(), format!("{} ", env.secret), hex(env.secret.as_bytes())]
+    {
+        let forged = a.raw(signed.request(Some(&signed.signature(&secret)))).await;
+        assert_refused(&forged, 401, &format!("signed with {secret:?}"));
+    }
+    let garbage = a.raw(signed.request(Some("AAAA"))).await;
+    assert_refused(&garbage, 401, "a signature of the wrong length");
+
+    assert_eq!(a.metric_where(REFUSED, "reason=\"bad_signature\"").await, 4.0);
+    assert_eq!(a.metric(REQUESTS).await, 1.0, "gw-a's MCP side saw only round 1");
+    assert_untouched(&a, &up, "forged").await;
+    // Refused attempts do not use the nonce up: the genuine request still completes.
+    assert_done(&a.raw(signed.request(Some(&signed.signature(&env.secret)))).await, 1, "the genuine retry");
+    assert_eq!(b.metric(REQUESTS).await, 0.0);
+}
+
+#[tokio::test]
+async fn a_request_altered_after_signing_is_refused() {
+    let up = asking(false, 0).start().await;
+    let env = ClusterEnv::new("altered");
+    let (a, b, signed) = parked_and_signed(&env, &up).await;
+    let signature = signed.signature(&env.secret);
+
+    let mut alterations: Vec<(&str, Internal)> = Vec::new();
+    let mut body = signed.clone();
+    let text = String::from_utf8(body.body.clone()).unwrap();
+    body.body = text.replace("city-1", "city-9").into_bytes();
+    assert_ne!(body.body, signed.body);
+    alterations.push(("the body", body));
+    let mut route = signed.clone();
+    route.route = "/other".into();
+    alterations.push(("the route header", route));
+    let mut principal = signed.clone();
+    principal.principal = "b:0000000000000000".into();
+    alterations.push(("the principal header", principal));
+    let mut name = signed.clone();
+    for (k, v) in name.headers.iter_mut() {
+        if k == "mcp-name" {
+            *v = "other_tool".into();
+        }
+    }
+    alterations.push(("the mcp-name header", name));
+    let mut added = signed.clone();
+    added.headers.push(("mcp-param-region".into(), "eu".into()));
+    alterations.push(("an added MCP header", added));
+    let mut stamped = signed.clone();
+    stamped.timestamp_ms += 1;
+    alterations.push(("the timestamp", stamped));
+    let mut nonce = signed.clone();
+    nonce.nonce[0] ^= 1;
+    alterations.push(("the nonce", nonce));
+    let mut audience = signed.clone();
+    audience.to = b.internal;
+    alterations.push(("the replica it is sent to", audience));
+
+    for (what, altered) in &alterations {
+        let reply = a.raw(altered.request(Some(&signature))).await;
+        assert_refused(&reply, 401, what);
+    }
+
+    assert_eq!(a.metric_where(REFUSED, "reason=\"bad_signature\"").await, 7.0);
+    assert_eq!(b.metric_where(REFUSED, "reason=\"bad_signature\"").await, 1.0);
+    assert_untouched(&a, &up, "altered").await;
+    assert_done(&a.raw(signed.request(Some(&signature))).await, 1, "the request as signed");
+}
+
+#[tokio::test]
+async fn a_timestamp_outside_the_window_is_refused() {
+    let up = asking(false, 0).start().await;
+    let env = ClusterEnv::new("stale");
+    let (a, _b, signed) = parked_and_signed(&env, &up).await;
+    let window = sessionless::cluster::sign::WINDOW_MS;
+
+    for (what, shift) in [("too old", -(window as i64) - 5_000), ("from the future", window as i64 + 5_000)] {
+        let mut stale = signed.clone();
+        stale.timestamp_ms = stale.timestamp_ms.checked_add_signed(shift).unwrap();
+        let reply = a.raw(stale.request(Some(&stale.signature(&env.secret)))).await;
+        assert_refused(&reply, 401, what);
+    }
+
+    assert_eq!(a.metric_where(REFUSED, "reason=\"stale\"").await, 2.0);
+    assert_untouched(&a, &up, "stale").await;
+}
+
+#[tokio::test]
+async fn a_signed_request_that_is_not_a_retry_is_refused_and_the_upstream_sees_nothing() {
+    // With the secret, a request to the internal listener must still be the
+    // retry of a call paused there: not a new call, not a list, not discover.
+    let up = asking(false, 0).start().await;
+    let env = ClusterEnv::new("not_a_retry");
+    let (a, b) = pair(&env, &up, "").await;
+
+    let new_call = b.request("tools/call").id(json!(5)).params(call(5)).capabilities(elicitation());
+    let as_alice = {
+        let mut s = Internal::of(&a, &new_call);
+        s.principal = "b:alice".into();
+        s
+    };
+    let list = b.request("tools/list").id(json!(6));
+    let discover = b.request("server/discover").id(json!(7));
+    let mut bad_state = call(8);
+    bad_state["requestState"] = json!("not a sealed state");
+    let forged_state = b.request("tools/call").id(json!(8)).params(bad_state).capabilities(elicitation());
+    let requests = [
+        Internal::of(&a, &new_call),
+        as_alice,
+        Internal::of(&a, &list),
+        Internal::of(&a, &discover),
+        Internal::of(&a, &forged_state),
+    ];
+    for (i, req) in requests.iter().enumerate() {
+        let reply = a.raw(req.request(Some(&req.signature(&env.secret)))).await;
+        assert_refused(&reply, 403, &format!("request {i}"));
+    }
+
+    assert_eq!(a.metric_where(REFUSED, "reason=\"not_a_retry\"").await, 5.0);
+    assert!(up.seen().is_empty(), "the upstream saw nothing, not even a session: {}", up.dump());
+    assert_eq!(a.metric(REQUESTS).await, 0.0);
+}
+
+#[tokio::test]
+async fn a_retry_of_a_flow_owned_by_another_replica_is_refused() {
+    let up = asking(false, 0).start().await;
+    let env = ClusterEnv::new("not_owner");
+    let (a, b) = pair(&env, &up, "").await;
+    let (state, key) = round1(&b, 1).await;
+
+    let to_a = Internal::of(&a, &retry_request(&a, 1, &state, &key));
+    let refused = a.raw(to_a.request(Some(&to_a.signature(&env.secret)))).await;
+
+    assert_refused(&refused, 403, "gw-b's flow at gw-a");
+    assert_eq!(a.metric_where(REFUSED, "reason=\"not_owner\"").await, 1.0);
+    assert!(up.responses().is_empty(), "{}", up.dump());
+    assert_eq!(b.metric(PARKED).await, 1.0, "gw-b still holds it");
+    // Another caller's retry of a flow that is parked here is refused too.
+    let (state, key) = round1(&a, 2).await;
+    let mut mallory = Internal::of(&a, &retry_request(&b, 2, &state, &key));
+    mallory.principal = "b:mallory".into();
+    let refused = a.raw(mallory.request(Some(&mallory.signature(&env.secret)))).await;
+    assert_refused(&refused, 403, "another principal");
+    assert_eq!(a.metric_where(REFUSED, "reason=\"wrong_principal\"").await, 1.0);
+    assert!(up.responses().is_empty(), "{}", up.dump());
+    assert_done(&retry(&b, 2, &state, &key).await, 2, "the genuine retry of flow 2, forwarded by gw-b");
+}
 // ---------------------------------------------------------------- configuration
 
 #[test]
@@ -893,4 +1081,138 @@ fn an_advertised_address_the_other_replicas_cannot_reach_is_refused_at_startup()
             parsed.as_ref().ok().and_then(|c| c.cluster.as_ref()).map(|c| c.advertise.clone())
         );
     }
+}
+
+/// A TCP relay to `to` that records every byte its clients send.
+async fn recording_relay(to: String) -> (std::net::SocketAddr, Arc<std::sync::Mutex<Vec<u8>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let captured = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = captured.clone();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = tokio::net::TcpStream::connect(&to).await else { continue };
+            let record = record.clone();
+            tokio::spawn(async move {
+                let (mut cr, mut cw) = client.into_split();
+                let (mut sr, mut sw) = server.into_split();
+                let up = async {
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n) = cr.read(&mut buf).await {
+                        if n == 0 || sw.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                        record.lock().unwrap().extend_from_slice(&buf[..n]);
+                    }
+                    let _ = sw.shutdown().await;
+                };
+                let down = async {
+                    let _ = tokio::io::copy(&mut sr, &mut cw).await;
+                    let _ = cw.shutdown().await;
+                };
+                tokio::join!(up, down);
+            });
+        }
+    });
+    (addr, captured)
+}
+
+/// Writes `request` on a new connection to `to`; what came back until the
+/// end of the response head (or the connection's end).
+async fn exchange(to: std::net::SocketAddr, request: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(to).await.unwrap();
+    s.write_all(request).await.unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !out.windows(4).any(|w| w == b"\r\n\r\n") {
+        match tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => out.extend_from_slice(&buf[..n]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test]
+async fn what_crosses_the_internal_link_neither_holds_the_secret_nor_forges_another_request() {
+    use base64::Engine;
+    let up = asking(false, 0).start().await;
+    let env = ClusterEnv::new("eavesdropper");
+    let a_config = env.replica("gw-a", up.url());
+    let (relay, captured) = recording_relay(format!("127.0.0.1:{}", a_config.internal_port)).await;
+    let a = Replica::start(&a_config.advertise(&relay.to_string())).await;
+    let b = Replica::start(&env.replica("gw-b", up.url())).await;
+    let (state, key) = round1(&a, 1).await;
+
+    assert_done(&retry(&b, 1, &state, &key).await, 1, "forwarded through the relay");
+
+    let wire = captured.lock().unwrap().clone();
+    let text = String::from_utf8_lossy(&wire).into_owned();
+    assert!(text.contains("x-sessionless-signature"), "{text}");
+    let secret = env.secret.as_bytes();
+    for leak in [
+        env.secret.clone(),
+        hex(secret),
+        base64::engine::general_purpose::STANDARD.encode(secret),
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret),
+    ] {
+        assert!(!text.to_lowercase().contains(&leak.to_lowercase()), "the secret crossed the wire: {text}");
+    }
+    // The captured request, sent again as it is: refused.
+    let again = exchange(a.internal, &wire).await;
+    assert!(again.starts_with("HTTP/1.1 401"), "{again}");
+    // Its headers around a new call (any tool, no requestState): refused, and nothing runs.
+    let head = &text[..text.find("\r\n\r\n").expect("one whole request captured")];
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "weather",
+        "arguments": {"flow": 9}, "_meta": {"io.modelcontextprotocol/protocolVersion": support::VERSION}}})
+    .to_string();
+    let head: Vec<&str> = head.lines().filter(|l| !l.to_lowercase().starts_with("content-length:")).collect();
+    let forged = format!("{}\r\ncontent-length: {}\r\n\r\n{body}", head.join("\r\n"), body.len());
+    let forged = exchange(a.internal, forged.as_bytes()).await;
+    assert!(forged.starts_with("HTTP/1.1 401"), "{forged}");
+    assert!(calls_of(&up, 9).is_empty(), "{}", up.dump());
+    assert_eq!(a.metric_where(REFUSED, "reason=\"replayed\"").await, 1.0);
+    assert_eq!(a.metric_where(REFUSED, "reason=\"bad_signature\"").await, 1.0);
+}
+
+#[tokio::test]
+async fn a_retry_forwarded_over_tls_completes_and_the_listener_speaks_no_plaintext() {
+    let up = asking(false, 0).start().await;
+    let env = ClusterEnv::new("tls");
+    let files = TlsFiles::generate("tls");
+    let a = Replica::start(&env.replica("gw-a", up.url()).tls(&files, &files)).await;
+    let b = Replica::start(&env.replica("gw-b", up.url()).tls(&files, &files)).await;
+    let (state, key) = round1(&a, 1).await;
+
+    let done = retry(&b, 1, &state, &key).await;
+
+    assert_done(&done, 1, "forwarded over TLS");
+    assert_answered_once_on_round1_session(&up, 1);
+    assert_eq!(b.metric_where(REQUESTS, "outcome=\"forwarded\"").await, 1.0);
+    let plain =
+        exchange(a.internal, b"POST /internal/v1/retry HTTP/1.1\r\nhost: a\r\ncontent-length: 0\r\n\r\n")
+            .await;
+    assert!(!plain.starts_with("HTTP/"), "no plaintext HTTP on a TLS listener: {plain:?}");
+}
+
+#[tokio::test]
+async fn a_forwarder_that_does_not_trust_the_owners_certificate_sends_nothing_and_says_so() {
+    let up = asking(false, 0).start().await;
+    let env = ClusterEnv::new("tls_wrong_ca");
+    let (owner, other) = (TlsFiles::generate("owner"), TlsFiles::generate("other"));
+    let a = Replica::start(&env.replica("gw-a", up.url()).tls(&owner, &owner)).await;
+    let b = Replica::start(&env.replica("gw-b", up.url()).tls(&other, &other)).await;
+    let (state, key) = round1(&a, 1).await;
+
+    let refused = retry(&b, 1, &state, &key).await;
+
+    // Not "owner gone": gw-b must not take over a call its owner still holds.
+    refused.assert_error(502, -32603, &json!(12));
+    assert_eq!(refused.reason(), Some("replica_refused"), "{}", refused.raw);
+    assert!(up.responses().is_empty(), "{}", up.dump());
+    assert!(up.http(http::Method::GET).is_empty(), "no resumption attempted: {}", up.dump());
+    assert_eq!(a.metric(PARKED).await, 1.0);
+    assert_eq!(a.metric(REQUESTS).await, 1.0, "gw-a's MCP side saw only round 1");
 }

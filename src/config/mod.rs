@@ -43,8 +43,23 @@ pub struct Cluster {
     pub internal_listen: SocketAddr,
     /// `host:port` other replicas use for this one's internal listener.
     pub advertise: String,
-    pub secret: Vec<u8>,
+    /// Shared secrets, newest first: the first signs forwarded retries, every
+    /// one verifies (rotation). Never sent anywhere.
+    pub secrets: Vec<Vec<u8>>,
     pub connect_timeout: Duration,
+    /// TLS on the internal listener and to the other replicas' ones.
+    pub tls: Option<ClusterTls>,
+}
+
+/// TLS between replicas, loaded from the files named in `[cluster]`.
+#[derive(Clone)]
+pub struct ClusterTls {
+    /// The internal listener's certificate and key.
+    pub server: Arc<rustls::ServerConfig>,
+    /// Verifies owners against the configured CA.
+    pub client: Arc<rustls::ClientConfig>,
+    /// The name owners' certificates must carry; `None`: the advertised host.
+    pub server_name: Option<rustls::pki_types::ServerName<'static>>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -53,7 +68,9 @@ impl std::fmt::Debug for Cluster {
             .field("instance_id", &self.instance_id)
             .field("internal_listen", &self.internal_listen)
             .field("advertise", &self.advertise)
-            .field("secret", &"<redacted>")
+            .field("secrets", &format_args!("<{} redacted>", self.secrets.len()))
+            .field("connect_timeout", &self.connect_timeout)
+            .field("tls", &self.tls.as_ref().map(|t| &t.server_name))
             .finish()
     }
 }
@@ -427,17 +444,43 @@ fn cluster(c: &raw::RawCluster, text: &str, keys: &[raw::RawKey]) -> Result<Clus
             )))
         }
     };
-    let secret = secret.trim().as_bytes().to_vec();
-    if secret.len() < 16 {
-        return Err(ConfigError(format!("{where_}cluster secret must be at least 16 bytes")));
+    let secrets: Vec<Vec<u8>> = secret.split(',').map(|s| s.trim().as_bytes().to_vec()).collect();
+    if secrets.iter().any(|s| s.len() < 16) {
+        return Err(ConfigError(format!(
+            "{where_}cluster secret must be at least 16 bytes (each one, when several are comma-separated)"
+        )));
     }
     Ok(Cluster {
         instance_id,
         internal_listen,
         advertise,
-        secret,
+        secrets,
         connect_timeout: ms(c.connect_timeout_ms, 1_000),
+        tls: cluster_tls(c, text)?,
     })
+}
+
+/// `[cluster]` TLS: all three files or none; `tls_server_name` only with them.
+fn cluster_tls(c: &raw::RawCluster, text: &str) -> Result<Option<ClusterTls>, ConfigError> {
+    let files = [
+        ("tls_cert_file", &c.tls_cert_file),
+        ("tls_key_file", &c.tls_key_file),
+        ("tls_ca_file", &c.tls_ca_file),
+    ];
+    let missing: Vec<&str> = files.iter().filter(|(_, v)| v.is_none()).map(|(k, _)| *k).collect();
+    let (Some(cert), Some(key), Some(ca)) = (&c.tls_cert_file, &c.tls_key_file, &c.tls_ca_file) else {
+        if missing.len() == files.len() && c.tls_server_name.is_none() {
+            return Ok(None);
+        }
+        let where_ = at(text, "tls_");
+        return Err(ConfigError(format!(
+            "{where_}cluster TLS needs tls_cert_file, tls_key_file and tls_ca_file together; missing: {}",
+            missing.join(", ")
+        )));
+    };
+    crate::cluster::tls::load(cert, key, ca, c.tls_server_name.as_deref())
+        .map(Some)
+        .map_err(|e| ConfigError(format!("{}cluster TLS: {e}", at(text, "tls_"))))
 }
 
 fn load_key(k: &raw::RawKey, text: &str) -> Result<SealKey, ConfigError> {

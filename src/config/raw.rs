@@ -139,9 +139,20 @@ pub struct RawCluster {
     /// The address other replicas reach it at; default: $SESSIONLESS_ADVERTISE_ADDR,
     /// then `internal_listen` (for Kubernetes: the pod IP and port).
     pub advertise: Option<String>,
-    /// The internal listener's shared secret, from the environment or a file.
+    /// The shared secret that forwarded retries are signed with (HMAC), from
+    /// the environment or a file; several, comma-separated, while rotating
+    /// (the first signs, every one verifies).
     pub secret_env: Option<String>,
     pub secret_file: Option<String>,
     /// Time allowed to reach the owner replica before the retry is handled here.
     pub connect_timeout_ms: Option<u64>,
+    /// TLS between replicas: the internal listener's certificate chain and
+    /// key (PEM), and the CA (PEM) a forwarding replica verifies owners
+    /// against. All three or none.
+    pub tls_cert_file: Option<String>,
+    pub tls_key_file: Option<String>,
+    pub tls_ca_file: Option<String>,
+    /// The name owners' certificates are checked for; default: the host of
+    /// the owner's advertised address.
+    pub tls_server_name: Option<String>,
 }

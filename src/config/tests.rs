@@ -108,3 +108,45 @@ fn replay_mode_per_route_or_per_tool() {
     assert!(!c.routes[0].replays(Some("buy")));
     assert!(!c.routes[0].replays(None));
 }
+
+#[test]
+fn cluster_tls_is_all_three_files_or_none_and_says_which_are_missing() {
+    std::env::set_var("SESSIONLESS_TEST_KEY_3", "A".repeat(43));
+    std::env::set_var("SESSIONLESS_TEST_CLUSTER_SECRET_3", "0123456789abcdef0123");
+    let base = format!(
+        "{GOOD}\n[[keys]]\nid = \"k\"\nenv = \"SESSIONLESS_TEST_KEY_3\"\n\n[cluster]\ninstance_id = \"gw-a\"\n\
+         internal_listen = \"127.0.0.1:9101\"\nsecret_env = \"SESSIONLESS_TEST_CLUSTER_SECRET_3\"\n"
+    );
+    assert!(Config::from_toml(&base).unwrap().cluster.unwrap().tls.is_none());
+    let only_cert = format!("{base}tls_cert_file = \"/x/cert.pem\"\n");
+    let err = Config::from_toml(&only_cert).unwrap_err().0;
+    assert!(err.contains("missing: tls_key_file, tls_ca_file"), "{err}");
+    assert!(err.starts_with("line "), "{err}");
+    let only_name = format!("{base}tls_server_name = \"gw\"\n");
+    let err = Config::from_toml(&only_name).unwrap_err().0;
+    assert!(err.contains("missing: tls_cert_file, tls_key_file, tls_ca_file"), "{err}");
+    let all = format!(
+        "{base}tls_cert_file = \"/x/cert.pem\"\ntls_key_file = \"/x/key.pem\"\ntls_ca_file = \"/x/ca.pem\"\n"
+    );
+    let err = Config::from_toml(&all).unwrap_err().0;
+    assert!(err.contains("tls_cert_file /x/cert.pem"), "{err}");
+}
+
+#[test]
+fn several_cluster_secrets_rotate_and_each_must_be_long_enough() {
+    std::env::set_var("SESSIONLESS_TEST_KEY_4", "A".repeat(43));
+    let cluster = |secret: &str| {
+        std::env::set_var("SESSIONLESS_TEST_CLUSTER_SECRETS_4", secret);
+        Config::from_toml(&format!(
+            "{GOOD}\n[[keys]]\nid = \"k\"\nenv = \"SESSIONLESS_TEST_KEY_4\"\n\n[cluster]\ninstance_id = \"gw-a\"\n\
+             internal_listen = \"127.0.0.1:9101\"\nsecret_env = \"SESSIONLESS_TEST_CLUSTER_SECRETS_4\"\n"
+        ))
+    };
+    let c = cluster("the new secret of 16+ bytes , the old secret of 16+ bytes\n").unwrap().cluster.unwrap();
+    assert_eq!(
+        c.secrets,
+        vec![b"the new secret of 16+ bytes".to_vec(), b"the old secret of 16+ bytes".to_vec()]
+    );
+    assert!(!format!("{c:?}").contains("16+"), "redacted");
+    assert!(cluster("the new secret of 16+ bytes,short").unwrap_err().0.contains("16 bytes"));
+}

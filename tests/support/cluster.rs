@@ -14,8 +14,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{Request, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
+use sessionless::cluster::sign::{self, Keys, Signed, NONCE_LEN};
 use sessionless::{Config, Running};
 
 use super::client::{self, HttpClient, ModernRequest, Reply, PATIENCE};
@@ -74,6 +75,7 @@ impl ClusterEnv {
             route_extra: String::new(),
             upstream_extra: String::new(),
             server_extra: String::new(),
+            cluster_extra: String::new(),
             extra: String::new(),
         }
     }
@@ -96,6 +98,8 @@ pub struct ReplicaConfig {
     pub upstream_extra: String,
     /// Lines added to the `[server]` table.
     pub server_extra: String,
+    /// Lines added to the `[cluster]` table.
+    pub cluster_extra: String,
     /// Tables appended at the end (`[limits]`, …).
     pub extra: String,
 }
@@ -128,6 +132,7 @@ instance_id = "{instance}"
 internal_listen = "127.0.0.1:{port}"
 advertise = "{advertise}"
 secret_env = "{secret_env}"
+{cluster_extra}
 {extra}
 "#,
             drain = self.drain_timeout_ms,
@@ -140,6 +145,7 @@ secret_env = "{secret_env}"
             port = self.internal_port,
             advertise = self.advertise,
             secret_env = self.secret_env,
+            cluster_extra = self.cluster_extra,
             extra = self.extra,
         )
     }
@@ -162,6 +168,23 @@ secret_env = "{secret_env}"
         self
     }
 
+    pub fn cluster(mut self, lines: &str) -> Self {
+        self.cluster_extra.push_str(lines);
+        self.cluster_extra.push('\n');
+        self
+    }
+
+    /// TLS on the internal link: this replica's certificate from `cert`,
+    /// owners verified against `ca`'s CA.
+    pub fn tls(self, cert: &TlsFiles, ca: &TlsFiles) -> Self {
+        self.cluster(&format!(
+            "tls_cert_file = \"{}\"\ntls_key_file = \"{}\"\ntls_ca_file = \"{}\"",
+            cert.cert.display(),
+            cert.key.display(),
+            ca.ca.display()
+        ))
+    }
+
     pub fn drain_ms(mut self, ms: u64) -> Self {
         self.drain_timeout_ms = ms;
         self
@@ -181,6 +204,8 @@ secret_env = "{secret_env}"
 /// A replica running in its own runtime; killed when dropped.
 pub struct Replica {
     pub instance: String,
+    /// The address sealed into its states (what signatures to it name).
+    pub advertise: String,
     /// The internal listener's address (what the others forward to).
     pub internal: SocketAddr,
     addr: SocketAddr,
@@ -219,6 +244,7 @@ impl Replica {
         assert_eq!(internal.port(), config.internal_port, "internal listener on the configured port");
         Replica {
             instance: config.instance.clone(),
+            advertise: config.advertise.clone(),
             internal,
             addr: running.addr,
             running: Some(running),
@@ -314,5 +340,112 @@ impl Replica {
                 .expect("runtime shut down");
         }
         self.running.take();
+    }
+}
+
+/// A request to a replica's internal listener, signed the way a forwarding
+/// replica signs it (the gateway's own `cluster::sign`), for tests to alter.
+#[derive(Clone)]
+pub struct Internal {
+    /// The internal listener it is sent to.
+    pub to: SocketAddr,
+    /// The advertised address the signature names.
+    pub audience: String,
+    pub route: String,
+    pub principal: String,
+    /// The MCP headers (forwarded and signed).
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub timestamp_ms: u64,
+    pub nonce: [u8; NONCE_LEN],
+}
+
+impl Internal {
+    /// `req` forwarded to `owner` for an anonymous caller, stamped now with a fresh nonce.
+    pub fn of(owner: &Replica, req: &ModernRequest) -> Internal {
+        let nonce: [u8; NONCE_LEN] = rand::random();
+        Internal {
+            to: owner.internal,
+            audience: owner.advertise.clone(),
+            route: "/mcp".into(),
+            principal: "anonymous".into(),
+            headers: req.headers(),
+            body: req.body().to_string().into_bytes(),
+            timestamp_ms: sign::now_ms(),
+            nonce,
+        }
+    }
+
+    fn header_map(&self) -> HeaderMap {
+        self.headers
+            .iter()
+            .map(|(k, v)| (HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap()))
+            .collect()
+    }
+
+    /// Its signature (base64url) under `secret`.
+    pub fn signature(&self, secret: &str) -> String {
+        use base64::Engine;
+        let headers = self.header_map();
+        let tag = Keys::derive(&[secret.as_bytes().to_vec()]).sign(&Signed {
+            audience: &self.audience,
+            route: &self.route,
+            principal: &self.principal,
+            headers: &headers,
+            body: &self.body,
+            timestamp_ms: self.timestamp_ms,
+            nonce: &self.nonce,
+        });
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(tag)
+    }
+
+    /// The HTTP request as it stands, with `signature` if any.
+    pub fn request(&self, signature: Option<&str>) -> Request<Full<Bytes>> {
+        use base64::Engine;
+        let mut b = Request::post(format!("http://{}/internal/v1/retry", self.to));
+        for (k, v) in &self.headers {
+            b = b.header(k, v);
+        }
+        b = b
+            .header("x-sessionless-route", &self.route)
+            .header("x-sessionless-principal", &self.principal)
+            .header("x-sessionless-timestamp", self.timestamp_ms.to_string())
+            .header(
+                "x-sessionless-nonce",
+                base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(self.nonce),
+            );
+        if let Some(s) = signature {
+            b = b.header("x-sessionless-signature", s);
+        }
+        b.body(Full::new(Bytes::from(self.body.clone()))).unwrap()
+    }
+}
+
+/// PEM files for the internal link's TLS, in a directory of their own.
+pub struct TlsFiles {
+    pub ca: std::path::PathBuf,
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
+}
+
+impl TlsFiles {
+    /// A fresh self-signed CA and, signed by it, a certificate for 127.0.0.1 and localhost.
+    pub fn generate(tag: &str) -> TlsFiles {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+        let n = NEXT_ENV.fetch_add(1, Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!("sessionless-tls-{}-{tag}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let params = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
+        let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
+        let files = TlsFiles { ca: dir.join("ca.pem"), cert: dir.join("cert.pem"), key: dir.join("key.pem") };
+        std::fs::write(&files.ca, ca.pem()).unwrap();
+        std::fs::write(&files.cert, cert.pem()).unwrap();
+        std::fs::write(&files.key, key.serialize_pem()).unwrap();
+        files
     }
 }

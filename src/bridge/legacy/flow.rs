@@ -15,10 +15,12 @@ use super::mrtr::{self, ParkedFlow};
 use super::session::Session;
 use super::transport::{SessionWire, Streams};
 use super::{state, translate, Ctx, Legacy};
-use crate::cluster::ForwardError;
+use crate::cluster::{ForwardError, Refused};
+use crate::config::Route;
 use crate::error::Error;
+use crate::front::Call;
 use crate::metrics::{MethodLabels, Metrics, QuotaLabels, ReasonLabels};
-use crate::park::Refused;
+use crate::park;
 use crate::reply::Reply;
 
 /// Longest time an abandoned flow's upstream stream is read after its
@@ -137,6 +139,13 @@ impl Legacy {
             now_ms: state::now_ms(),
         };
         let st = state::open(&self.sealer, blob, &expect).map_err(|why| self.rejected(cx, why))?;
+        if cx.caller.forwarded {
+            // Admitted by `admit_forwarded`: a flow parked here, nothing else.
+            if st.re || st.ans.is_some() || st.own != self.instance {
+                return Err(self.rejected(cx, state::Rejected::Invalid));
+            }
+            return self.resume_here(cx, st, reply).await.map(Resumed::Done);
+        }
         if st.re {
             mrtr::answers_by_key(st.k.keys(), &cx.call.params)?;
             return Ok(Resumed::Reissue);
@@ -149,6 +158,34 @@ impl Legacy {
             return self.resume_elsewhere(cx, &st, reply).await.map(Resumed::Done);
         }
         self.resume_here(cx, st, reply).await.map(Resumed::Done)
+    }
+
+    /// The internal listener's check (cluster mode), before anything runs: a
+    /// forwarded request must be the retry of a call paused on this replica
+    /// (a park-mode `requestState` that opens, owned by this instance at this
+    /// address) for the signed principal. Expiry, arguments and whether the
+    /// flow is still parked are left to [`Legacy::resume`], whose answers to
+    /// those are the client's.
+    pub fn admit_forwarded(&self, route: &Route, call: &Call, principal: &str) -> Result<(), Refused> {
+        let Some(Value::String(blob)) = call.params.get("requestState") else {
+            return Err(Refused::NotARetry);
+        };
+        if !call.method.allows_input() {
+            return Err(Refused::NotARetry);
+        }
+        let st = state::peek(&self.sealer, blob, &route.path, call.method.as_str())
+            .map_err(|_| Refused::NotARetry)?;
+        if st.re || st.ans.is_some() {
+            return Err(Refused::NotARetry);
+        }
+        if st.p != principal {
+            return Err(Refused::WrongPrincipal);
+        }
+        let here = self.cluster.as_ref().map(|c| c.advertise());
+        if st.own != self.instance || st.oa.is_none() || st.oa.as_deref() != here {
+            return Err(Refused::NotOwner);
+        }
+        Ok(())
     }
 
     /// The flow is parked in this process: deliver the answers and read on.
@@ -318,11 +355,11 @@ impl Legacy {
         }
     }
 
-    fn count_refused(&self, cx: Ctx<'_>, why: Refused) {
+    fn count_refused(&self, cx: Ctx<'_>, why: park::Refused) {
         let quota = match why {
-            Refused::PrincipalFull => "parked_flows_per_principal",
-            Refused::Full => "parked_flows",
-            Refused::Closed => return,
+            park::Refused::PrincipalFull => "parked_flows_per_principal",
+            park::Refused::Full => "parked_flows",
+            park::Refused::Closed => return,
         };
         self.metrics.quota_exceeded.get_or_create(&QuotaLabels { route: cx.route.path.clone(), quota }).inc();
     }
@@ -427,7 +464,7 @@ impl Legacy {
         cx: Ctx<'_>,
         flow_id: Option<String>,
         mut flow: ParkedFlow,
-    ) -> Result<Map<String, Value>, (Box<ParkedFlow>, Refused)> {
+    ) -> Result<Map<String, Value>, (Box<ParkedFlow>, park::Refused)> {
         if let Err(why) = self.parked.admits(&cx.caller.principal) {
             return Err((Box::new(flow), why));
         }

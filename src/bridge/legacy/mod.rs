@@ -56,7 +56,9 @@ pub struct Caller {
     /// The request body as received (a retry forwarded to its owner replica
     /// carries it unchanged).
     pub body: bytes::Bytes,
-    /// Received from another replica: never forwarded again.
+    /// Received from another replica (signed, and admitted as the retry of
+    /// a call paused here): only ever resumes that call; never forwarded
+    /// again, never run as a new call.
     pub forwarded: bool,
 }
 
@@ -280,6 +282,10 @@ impl Legacy {
                 Resumed::Reissue => {}
                 Resumed::Replay(answers) => book = Some(answers),
             }
+        }
+        if caller.forwarded {
+            // Unreachable: the internal listener admits only retries of flows parked here.
+            return Err(Error::Internal("a forwarded request is not a retry".into()));
         }
         let replay = route.replays(call.name.as_deref().filter(|_| call.method == Method::ToolsCall));
         let book = book.unwrap_or_default();

@@ -134,13 +134,20 @@ pub struct Expect<'a> {
     pub now_ms: u64,
 }
 
-/// Opens and checks a `requestState` against the retry.
-pub fn open(sealer: &Sealer, blob: &str, expect: &Expect<'_>) -> Result<FlowState, Rejected> {
-    let bytes = sealer.open(&aad(expect.route, expect.method), blob).map_err(|_| Rejected::Invalid)?;
+/// Opens a `requestState` sealed for `route` and `method`, without checking
+/// it against a retry (expiry, principal, arguments): see [`open`].
+pub fn peek(sealer: &Sealer, blob: &str, route: &str, method: &str) -> Result<FlowState, Rejected> {
+    let bytes = sealer.open(&aad(route, method), blob).map_err(|_| Rejected::Invalid)?;
     let state: FlowState = serde_json::from_slice(&bytes).map_err(|_| Rejected::Invalid)?;
-    if state.r != expect.route || state.m != expect.method {
+    if state.r != route || state.m != method {
         return Err(Rejected::Invalid);
     }
+    Ok(state)
+}
+
+/// Opens and checks a `requestState` against the retry.
+pub fn open(sealer: &Sealer, blob: &str, expect: &Expect<'_>) -> Result<FlowState, Rejected> {
+    let state = peek(sealer, blob, expect.route, expect.method)?;
     if expect.now_ms >= state.exp {
         return Err(Rejected::Expired);
     }

@@ -1,0 +1,330 @@
+//! Cluster mode: a retry whose flow is parked on another replica is forwarded
+//! to that replica's internal listener and its answer relayed back unchanged.
+//! The shared secret never crosses the wire: each forwarded retry is signed
+//! (`sign.rs`), optionally over TLS (`tls.rs`). The internal listener's gate
+//! ([`Gate`]) lets through only signed, fresh, unreplayed retries; the bridge
+//! then checks that they resume a call paused on this replica.
+
+pub mod sign;
+pub mod tls;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+
+use crate::bridge::legacy::Caller;
+use crate::config::Cluster;
+use crate::metrics::RefusedLabels;
+use crate::reply::{Body, BoxError};
+use sign::{Keys, Signed, NONCE_LEN};
+
+/// The internal listener's one endpoint.
+pub const RETRY_PATH: &str = "/internal/v1/retry";
+pub const ROUTE_HEADER: &str = "x-sessionless-route";
+pub const PRINCIPAL_HEADER: &str = "x-sessionless-principal";
+/// Unix milliseconds when the retry was forwarded.
+pub const TIMESTAMP_HEADER: &str = "x-sessionless-timestamp";
+/// [`NONCE_LEN`] random bytes, base64url.
+pub const NONCE_HEADER: &str = "x-sessionless-nonce";
+/// HMAC-SHA256 over [`sign::canonical`], base64url.
+pub const SIGNATURE_HEADER: &str = "x-sessionless-signature";
+/// Set on the internal listener's own refusals, so that the forwarding
+/// replica can tell them from the owner's answer to the client.
+pub const REFUSED_HEADER: &str = "x-sessionless-refused";
+
+/// At most one warning per refusal reason this often (refusals can be provoked).
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Why a retry could not be handed to its owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForwardError {
+    /// Nothing answers at the owner's address (gone, restarted elsewhere).
+    OwnerGone,
+    /// The owner's internal listener refused the request (wrong secret, not
+    /// the owner, unknown route) or its TLS certificate did not verify.
+    Refused,
+    /// The owner accepted the retry but its answer broke off.
+    Broken,
+}
+
+pub struct Forwarder {
+    http: Client<tls::Connector, Full<Bytes>>,
+    scheme: &'static str,
+    /// This replica's own internal address, sealed into the states it issues.
+    advertise: String,
+    keys: Keys,
+    /// Time allowed for the owner's answer to start.
+    timeout: Duration,
+}
+
+impl Forwarder {
+    pub fn new(cluster: &Cluster, timeout: Duration) -> Forwarder {
+        let mut tcp = HttpConnector::new();
+        tcp.set_connect_timeout(Some(cluster.connect_timeout));
+        tcp.set_nodelay(true);
+        let connector = tls::Connector::new(tcp, cluster.tls.as_ref());
+        let scheme = connector.scheme();
+        let http =
+            Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector);
+        Forwarder {
+            http,
+            scheme,
+            advertise: cluster.advertise.clone(),
+            keys: Keys::derive(&cluster.secrets),
+            timeout,
+        }
+    }
+
+    pub fn advertise(&self) -> &str {
+        &self.advertise
+    }
+
+    /// Sends the retry (`headers`, `body`) to the replica at `owner`, signed,
+    /// and returns its answer, to be relayed to the client as it is.
+    pub async fn forward(
+        &self,
+        owner: &str,
+        route: &str,
+        principal: &str,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<Response<Body>, ForwardError> {
+        let mcp = Caller::mcp_headers(headers);
+        let mut nonce = [0u8; NONCE_LEN];
+        rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut nonce);
+        let timestamp_ms = sign::now_ms();
+        let signed = Signed {
+            audience: owner,
+            route,
+            principal,
+            headers: &mcp,
+            body: &body,
+            timestamp_ms,
+            nonce: &nonce,
+        };
+        let tag = self.keys.sign(&signed);
+        let uri = format!("{}://{owner}{RETRY_PATH}", self.scheme);
+        let mut req = Request::post(uri).body(Full::new(body)).map_err(|_| ForwardError::Refused)?;
+        let h = req.headers_mut();
+        *h = mcp;
+        let value = |s: &str| HeaderValue::from_str(s).map_err(|_| ForwardError::Refused);
+        h.insert(ROUTE_HEADER, value(route)?);
+        h.insert(PRINCIPAL_HEADER, value(principal)?);
+        h.insert(TIMESTAMP_HEADER, value(&timestamp_ms.to_string())?);
+        h.insert(NONCE_HEADER, value(&URL_SAFE_NO_PAD.encode(nonce))?);
+        h.insert(SIGNATURE_HEADER, value(&URL_SAFE_NO_PAD.encode(tag))?);
+        let resp = match tokio::time::timeout(self.timeout, self.http.request(req)).await {
+            Err(_) => return Err(ForwardError::Broken),
+            Ok(Err(e)) if tls::handshake_failed(&e) => {
+                tracing::warn!(owner, error = %e, "owner replica: TLS handshake failed");
+                return Err(ForwardError::Refused);
+            }
+            Ok(Err(e)) if e.is_connect() => return Err(ForwardError::OwnerGone),
+            Ok(Err(_)) => return Err(ForwardError::Broken),
+            Ok(Ok(resp)) => resp,
+        };
+        if resp.headers().contains_key(REFUSED_HEADER) {
+            return Err(ForwardError::Refused);
+        }
+        let (parts, body) = resp.into_parts();
+        let mut out = Response::new(body.map_err(|e| Box::new(e) as BoxError).boxed());
+        *out.status_mut() = parts.status;
+        for name in ["content-type", "cache-control", "x-accel-buffering", "retry-after"] {
+            if let Some(v) = parts.headers.get(name) {
+                out.headers_mut().insert(name, v.clone());
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Why the internal listener refused a request; each is a metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Refused {
+    /// Not `POST` to [`RETRY_PATH`].
+    NotFound,
+    /// Without a well-formed timestamp, nonce, signature, route and principal.
+    Unsigned,
+    /// Timestamp outside [`sign::WINDOW_MS`].
+    Stale,
+    TooLarge,
+    /// The body broke off.
+    Unreadable,
+    /// The signature does not verify (wrong secret, altered request).
+    BadSignature,
+    /// The same signed request again.
+    Replayed,
+    /// Too many recent forwarded retries to remember one more.
+    Busy,
+    UnknownRoute,
+    /// Not the retry of a paused call (no `requestState`, one that does not
+    /// open, a replay-mode or URL-round state).
+    NotARetry,
+    /// The state names another caller than the signed principal.
+    WrongPrincipal,
+    /// The state names another replica as the owner.
+    NotOwner,
+}
+
+impl Refused {
+    pub fn reason(self) -> &'static str {
+        match self {
+            Refused::NotFound => "not_found",
+            Refused::Unsigned => "unsigned",
+            Refused::Stale => "stale",
+            Refused::TooLarge => "too_large",
+            Refused::Unreadable => "unreadable",
+            Refused::BadSignature => "bad_signature",
+            Refused::Replayed => "replayed",
+            Refused::Busy => "busy",
+            Refused::UnknownRoute => "unknown_route",
+            Refused::NotARetry => "not_a_retry",
+            Refused::WrongPrincipal => "wrong_principal",
+            Refused::NotOwner => "not_owner",
+        }
+    }
+
+    fn status(self) -> StatusCode {
+        match self {
+            Refused::NotFound | Refused::UnknownRoute => StatusCode::NOT_FOUND,
+            Refused::Unsigned | Refused::Stale | Refused::BadSignature | Refused::Replayed => {
+                StatusCode::UNAUTHORIZED
+            }
+            Refused::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Refused::Unreadable => StatusCode::BAD_REQUEST,
+            Refused::Busy => StatusCode::SERVICE_UNAVAILABLE,
+            Refused::NotARetry | Refused::WrongPrincipal | Refused::NotOwner => StatusCode::FORBIDDEN,
+        }
+    }
+}
+
+/// The internal listener's refusal: plain status, marked so it is never relayed.
+pub fn refusal(status: StatusCode) -> Response<Body> {
+    let mut resp = crate::reply::empty(status);
+    resp.headers_mut().insert(REFUSED_HEADER, HeaderValue::from_static("1"));
+    resp
+}
+
+/// A forwarded request's signature headers, before the body is read.
+pub struct Head {
+    pub route: String,
+    pub principal: String,
+    timestamp_ms: u64,
+    nonce: [u8; NONCE_LEN],
+    tag: Vec<u8>,
+}
+
+/// The internal listener's checks on who sent a request: signature,
+/// freshness, replay. Refusals are counted and logged (rate-limited).
+pub struct Gate {
+    keys: Keys,
+    /// This replica's advertised address: the audience signatures must name.
+    audience: String,
+    seen: Mutex<sign::Seen>,
+    refused: Family<RefusedLabels, Counter>,
+    /// Per reason: when last logged, refusals not logged since.
+    logged: Mutex<HashMap<Refused, (Instant, u64)>>,
+}
+
+impl Gate {
+    pub fn new(cluster: &Cluster, refused: Family<RefusedLabels, Counter>) -> Gate {
+        Gate {
+            keys: Keys::derive(&cluster.secrets),
+            audience: cluster.advertise.clone(),
+            seen: Mutex::new(sign::Seen::new(sign::MAX_SEEN)),
+            refused,
+            logged: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Checks the method, path, signature headers and timestamp window.
+    pub fn head(&self, parts: &http::request::Parts) -> Result<Head, Refused> {
+        if parts.uri.path() != RETRY_PATH || parts.method != http::Method::POST {
+            return Err(Refused::NotFound);
+        }
+        let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+        let (Some(route), Some(principal), Some(ts), Some(nonce), Some(tag)) = (
+            header(ROUTE_HEADER),
+            header(PRINCIPAL_HEADER),
+            header(TIMESTAMP_HEADER),
+            header(NONCE_HEADER),
+            header(SIGNATURE_HEADER),
+        ) else {
+            return Err(Refused::Unsigned);
+        };
+        // Digits only: `u64::from_str` would take a leading `+`.
+        let timestamp_ms = Some(ts)
+            .filter(|t| !t.is_empty() && t.len() <= 20 && t.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|t| t.parse::<u64>().ok())
+            .ok_or(Refused::Unsigned)?;
+        let nonce = URL_SAFE_NO_PAD
+            .decode(nonce)
+            .ok()
+            .and_then(|n| <[u8; NONCE_LEN]>::try_from(n).ok())
+            .ok_or(Refused::Unsigned)?;
+        let tag = URL_SAFE_NO_PAD.decode(tag).map_err(|_| Refused::Unsigned)?;
+        if !sign::in_window(timestamp_ms, sign::now_ms()) {
+            return Err(Refused::Stale);
+        }
+        Ok(Head { route: route.into(), principal: principal.into(), timestamp_ms, nonce, tag })
+    }
+
+    /// Verifies the signature over the whole request, then records its nonce:
+    /// the same signed request is refused from then on.
+    pub fn verify(&self, head: &Head, headers: &HeaderMap, body: &[u8]) -> Result<(), Refused> {
+        let signed = Signed {
+            audience: &self.audience,
+            route: &head.route,
+            principal: &head.principal,
+            headers,
+            body,
+            timestamp_ms: head.timestamp_ms,
+            nonce: &head.nonce,
+        };
+        if !self.keys.verify(&signed, &head.tag) {
+            return Err(Refused::BadSignature);
+        }
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        seen.insert(head.nonce, head.timestamp_ms, sign::now_ms()).map_err(|e| match e {
+            sign::Unseen::Replayed => Refused::Replayed,
+            sign::Unseen::Full => Refused::Busy,
+        })
+    }
+
+    /// Counts and logs a refusal and returns its answer.
+    pub fn refuse(&self, why: Refused) -> Response<Body> {
+        self.refused.get_or_create(&RefusedLabels { reason: why.reason() }).inc();
+        let suppressed = {
+            let mut logged = self.logged.lock().unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
+            match logged.get_mut(&why) {
+                Some((at, skipped)) if now.duration_since(*at) < REFUSAL_LOG_INTERVAL => {
+                    *skipped += 1;
+                    None
+                }
+                Some((at, skipped)) => {
+                    *at = now;
+                    Some(std::mem::take(skipped))
+                }
+                None => {
+                    logged.insert(why, (now, 0));
+                    Some(0)
+                }
+            }
+        };
+        if let Some(suppressed) = suppressed {
+            tracing::warn!(reason = why.reason(), suppressed, "internal listener refused a request");
+        }
+        refusal(why.status())
+    }
+}
