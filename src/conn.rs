@@ -249,42 +249,6 @@ pub fn builder(limits: &ConnLimits) -> auto::Builder<hyper_util::rt::TokioExecut
     builder
 }
 
-/// At most one log line per interval for events an attacker can cause at will;
-/// the lines in between are counted and reported with the next one.
-pub struct RateLimitedLog {
-    epoch: std::time::Instant,
-    interval_ms: u64,
-    /// Milliseconds since `epoch` of the last line, plus one (0: never).
-    last: AtomicU64,
-    suppressed: AtomicU64,
-}
-
-impl RateLimitedLog {
-    pub fn new(interval: Duration) -> RateLimitedLog {
-        RateLimitedLog {
-            epoch: std::time::Instant::now(),
-            interval_ms: interval.as_millis() as u64,
-            last: AtomicU64::new(0),
-            suppressed: AtomicU64::new(0),
-        }
-    }
-
-    /// `Some(lines suppressed since the last one)` when a line may be written now.
-    pub fn allow(&self) -> Option<u64> {
-        let now = self.epoch.elapsed().as_millis() as u64 + 1;
-        let last = self.last.load(Ordering::Relaxed);
-        if last != 0 && now - last < self.interval_ms {
-            self.suppressed.fetch_add(1, Ordering::Relaxed);
-            return None;
-        }
-        if self.last.compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed).is_err() {
-            self.suppressed.fetch_add(1, Ordering::Relaxed);
-            return None;
-        }
-        Some(self.suppressed.swap(0, Ordering::Relaxed))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -347,17 +311,5 @@ mod tests {
         let started = Instant::now();
         assert_eq!(w.overstayed(&limits()).await, Ended::Idle);
         assert_eq!(started.elapsed(), Duration::from_secs(60));
-    }
-
-    #[test]
-    fn rate_limited_log_lets_one_line_through_per_interval() {
-        let log = RateLimitedLog::new(Duration::from_secs(3600));
-        assert_eq!(log.allow(), Some(0));
-        for _ in 0..100 {
-            assert_eq!(log.allow(), None);
-        }
-        let log = RateLimitedLog::new(Duration::ZERO);
-        assert_eq!(log.allow(), Some(0));
-        assert_eq!(log.allow(), Some(0));
     }
 }

@@ -12,6 +12,7 @@ pub mod front;
 pub mod guard;
 pub mod metrics;
 pub mod park;
+pub mod ratelog;
 pub mod reply;
 pub mod seal;
 pub mod server;

@@ -20,10 +20,11 @@ use tokio_util::sync::CancellationToken;
 use crate::bridge::legacy::{Caller, Legacy};
 use crate::cluster;
 use crate::config::{Config, ConnLimits, Route};
-use crate::conn::{RateLimitedLog, Tracked};
+use crate::conn::Tracked;
 use crate::error::{error_body, Error};
 use crate::front::{self, Message, SUPPORTED_VERSIONS};
 use crate::metrics::{EndedLabels, HeaderLabels, MethodLabels, Metrics, RequestLabels};
+use crate::ratelog::RateLimitedLog;
 use crate::reply::{self, Body, Reply};
 use crate::seal::Sealer;
 

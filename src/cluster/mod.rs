@@ -8,9 +8,8 @@
 pub mod sign;
 pub mod tls;
 
-use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -41,9 +40,6 @@ pub const SIGNATURE_HEADER: &str = "x-sessionless-signature";
 /// Set on the internal listener's own refusals, so that the forwarding
 /// replica can tell them from the owner's answer to the client.
 pub const REFUSED_HEADER: &str = "x-sessionless-refused";
-
-/// At most one warning per refusal reason this often (refusals can be provoked).
-const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Why a retry could not be handed to its owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,7 +122,7 @@ impl Forwarder {
         let resp = match tokio::time::timeout(self.timeout, self.http.request(req)).await {
             Err(_) => return Err(ForwardError::Broken),
             Ok(Err(e)) if tls::handshake_failed(&e) => {
-                tracing::warn!(owner, error = %e, "owner replica: TLS handshake failed");
+                crate::log_limited!(tracing::Level::WARN, owner, error = %e, "owner replica: TLS handshake failed");
                 return Err(ForwardError::Refused);
             }
             Ok(Err(e)) if e.is_connect() => return Err(ForwardError::OwnerGone),
@@ -232,8 +228,6 @@ pub struct Gate {
     audience: String,
     seen: Mutex<sign::Seen>,
     refused: Family<RefusedLabels, Counter>,
-    /// Per reason: when last logged, refusals not logged since.
-    logged: Mutex<HashMap<Refused, (Instant, u64)>>,
 }
 
 impl Gate {
@@ -243,7 +237,6 @@ impl Gate {
             audience: cluster.advertise.clone(),
             seen: Mutex::new(sign::Seen::new(sign::MAX_SEEN)),
             refused,
-            logged: Mutex::new(HashMap::new()),
         }
     }
 
@@ -304,27 +297,11 @@ impl Gate {
     /// Counts and logs a refusal and returns its answer.
     pub fn refuse(&self, why: Refused) -> Response<Body> {
         self.refused.get_or_create(&RefusedLabels { reason: why.reason() }).inc();
-        let suppressed = {
-            let mut logged = self.logged.lock().unwrap_or_else(|e| e.into_inner());
-            let now = Instant::now();
-            match logged.get_mut(&why) {
-                Some((at, skipped)) if now.duration_since(*at) < REFUSAL_LOG_INTERVAL => {
-                    *skipped += 1;
-                    None
-                }
-                Some((at, skipped)) => {
-                    *at = now;
-                    Some(std::mem::take(skipped))
-                }
-                None => {
-                    logged.insert(why, (now, 0));
-                    Some(0)
-                }
-            }
-        };
-        if let Some(suppressed) = suppressed {
-            tracing::warn!(reason = why.reason(), suppressed, "internal listener refused a request");
-        }
+        crate::log_limited!(
+            tracing::Level::WARN,
+            reason = why.reason(),
+            "internal listener refused a request"
+        );
         refusal(why.status())
     }
 }

@@ -62,7 +62,7 @@ impl ParkedFlow {
             let Some(question) = self.pending.remove(&key) else { continue };
             let response = json!({"jsonrpc": "2.0", "id": question.upstream_id, "result": result});
             if let Err(e) = self.session.transport.post(&self.wire, &response).await {
-                tracing::warn!(?e, "could not deliver an answer upstream");
+                crate::log_limited!(tracing::Level::WARN, ?e, "could not deliver an answer upstream");
                 return Err(Error::OutcomeUnknown);
             }
         }
@@ -240,7 +240,11 @@ impl Legacy {
             match forwarded {
                 Ok(response) => return Ok(Done::Relay(response)),
                 Err(ForwardError::OwnerGone) => {
-                    tracing::info!(owner = %owner, "owner replica unreachable; resuming the upstream stream here");
+                    crate::log_limited!(
+                        tracing::Level::INFO,
+                        owner = %owner,
+                        "owner replica unreachable; resuming the upstream stream here"
+                    );
                 }
                 Err(ForwardError::Refused) => return Err(Error::ReplicaRefused),
                 Err(ForwardError::Broken) => return Err(Error::OutcomeUnknown),

@@ -158,13 +158,17 @@ impl Legacy {
         for uri in &filter.uris {
             if let Err(e) = simple_request(session, "resources/subscribe", json!({"uri": uri}), timeout).await
             {
-                tracing::warn!(error = %e, "resources/subscribe failed upstream");
+                crate::log_limited!(tracing::Level::WARN, error = %e, "resources/subscribe failed upstream");
             }
         }
         let mut stream = match session.transport.get_stream(&session.wire, None).await {
             Ok(s) => Some(s),
             Err(e) => {
-                tracing::info!(?e, "upstream has no standalone GET stream; listen carries keep-alives only");
+                crate::log_limited!(
+                    tracing::Level::INFO,
+                    ?e,
+                    "upstream has no standalone GET stream; listen carries keep-alives only"
+                );
                 None
             }
         };

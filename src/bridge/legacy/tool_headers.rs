@@ -91,7 +91,11 @@ impl Cache {
             Some(t) => t,
             None => {
                 let Some(t) = Box::pin(fetch(session, timeout)).await else {
-                    tracing::warn!(route = %session.key.route, "could not list tools to check Mcp-Param headers");
+                    crate::log_limited!(
+                        tracing::Level::WARN,
+                        route = %session.key.route,
+                        "could not list tools to check Mcp-Param headers"
+                    );
                     return Ok(());
                 };
                 self.map.insert(key, (Instant::now(), t.clone()));
