@@ -149,6 +149,8 @@ max_sessions = $((PRINCIPALS + 4000))
 
 [limits]
 max_parked_flows = $((PARKED + 10000))
+# Every parked flow of the memory run has one (anonymous) caller.
+max_parked_flows_per_principal = $((PARKED + 10000))
 EOF
 }
 

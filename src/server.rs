@@ -35,6 +35,8 @@ pub struct Gateway {
     registry: Registry,
     draining: AtomicBool,
     limit: Arc<tokio::sync::Semaphore>,
+    /// Request body bytes all requests may hold at once, in KiB.
+    body_budget: Arc<tokio::sync::Semaphore>,
     /// Cluster mode: the internal listener's signature and replay checks.
     gate: Option<cluster::Gate>,
 }
@@ -49,6 +51,9 @@ impl Gateway {
         Gateway {
             gate,
             limit: Arc::new(tokio::sync::Semaphore::new(config.limits.max_concurrent_requests)),
+            body_budget: Arc::new(tokio::sync::Semaphore::new(
+                config.limits.max_buffered_body_bytes.div_ceil(1024),
+            )),
             config: Arc::new(config),
             legacy,
             metrics,
@@ -139,14 +144,14 @@ impl Gateway {
         {
             return self.reject(&route, None, &e, started);
         }
-        // Taken before the body is read: bodies in memory are bounded by the
-        // permits times the body limit, each for at most the body timeout.
+        // Taken before the body is read: a body in memory holds a permit
+        // and its share of the body budget, each for at most the body timeout.
         let Ok(permit) = self.limit.clone().try_acquire_owned() else {
             let id = ready_id(body);
             return self.reject(&route, id.as_ref(), &Error::Overloaded, started);
         };
-        let body = match read_body(body, self.config.limits.max_body_bytes, &self.config.connections).await {
-            Ok(b) => b,
+        let (body, admission) = match self.read_body(body, permit).await {
+            Ok(read) => read,
             Err(e) => return self.reject(&route, None, &e, started),
         };
         self.count_stale_headers(&parts.headers);
@@ -156,7 +161,7 @@ impl Gateway {
             body,
             forwarded: false,
         };
-        self.dispatch(route, caller, permit, started).await
+        self.dispatch(route, caller, admission, started).await
     }
 
     /// The internal listener (cluster mode): a retry forwarded by another
@@ -178,9 +183,13 @@ impl Gateway {
             Ok(head) => head,
             Err(why) => return Ok(gate.refuse(why)),
         };
-        let body = match read_body(body, self.config.limits.max_body_bytes, &self.config.connections).await {
-            Ok(body) => body,
+        let (body, admission) = match self.read_body(body, permit).await {
+            Ok(read) => read,
             Err(Error::PayloadTooLarge(_)) => return Ok(gate.refuse(cluster::Refused::TooLarge)),
+            Err(Error::Overloaded) => {
+                let overloaded = error_body(None, &Error::Overloaded, SUPPORTED_VERSIONS);
+                return Ok(reply::json_response(Error::Overloaded.status(), &overloaded));
+            }
             Err(_) => return Ok(gate.refuse(cluster::Refused::Unreadable)),
         };
         let headers = Caller::mcp_headers(&parts.headers);
@@ -197,7 +206,7 @@ impl Gateway {
             return Ok(gate.refuse(why));
         }
         let caller = Caller { principal: head.principal, headers, body, forwarded: true };
-        Ok(self.run(route, *call, caller, permit, started).await)
+        Ok(self.run(route, *call, caller, admission, started).await)
     }
 
     /// Parses the request and runs it to its answer: front → bridge → reply.
@@ -205,7 +214,7 @@ impl Gateway {
         self: Arc<Self>,
         route: Arc<Route>,
         caller: Caller,
-        permit: OwnedSemaphorePermit,
+        admission: Admission,
         started: Instant,
     ) -> Response<Body> {
         let call = match front::parse(&caller.headers, &caller.body) {
@@ -213,7 +222,7 @@ impl Gateway {
             Ok(Message::Call(call)) => *call,
             Err(rej) => return self.reject(&route, rej.id.as_ref(), &rej.error, started),
         };
-        self.run(route, call, caller, permit, started).await
+        self.run(route, call, caller, admission, started).await
     }
 
     /// Runs a parsed call to its answer: bridge → reply.
@@ -222,7 +231,7 @@ impl Gateway {
         route: Arc<Route>,
         call: front::Call,
         caller: Caller,
-        permit: OwnedSemaphorePermit,
+        admission: Admission,
         started: Instant,
     ) -> Response<Body> {
         // Draining: retries of paused calls are still served, new calls go elsewhere.
@@ -236,7 +245,7 @@ impl Gateway {
         let work: Work = Box::pin(async move {
             let outcome = gateway.legacy.serve(route.clone(), call, caller, reply).await;
             gateway.count(&route, method, outcome, started);
-            drop(permit);
+            drop(admission);
         });
         let answer = Inline { work: Some(work), answer }.await;
         match answer {
@@ -259,35 +268,76 @@ impl Gateway {
     }
 }
 
-/// Reads a request body under the size limit, the whole-body timeout and the
-/// idle-gap timeout. A body that arrived with its head costs no timer.
-async fn read_body(body: Incoming, max: usize, limits: &ConnLimits) -> Result<Bytes, Error> {
-    let deadline = tokio::time::Instant::now() + limits.body_timeout;
-    let mut body = Limited::new(body, max);
-    let mut first: Option<Bytes> = None;
-    let mut joined = bytes::BytesMut::new();
-    loop {
-        let gap = (tokio::time::Instant::now() + limits.body_idle_timeout).min(deadline);
-        let frame = match tokio::time::timeout_at(gap, body.frame()).await {
-            Err(_) => return Err(Error::BodyTimeout),
-            Ok(None) => break,
-            Ok(Some(Ok(frame))) => frame,
-            Ok(Some(Err(e))) if e.is::<http_body_util::LengthLimitError>() => {
-                return Err(Error::PayloadTooLarge(max))
-            }
-            Ok(Some(Err(_))) => return Err(Error::InvalidRequest("could not read the body".into())),
-        };
-        let Ok(data) = frame.into_data() else { continue };
-        if first.is_none() && joined.is_empty() {
-            first = Some(data);
-        } else {
-            if let Some(f) = first.take() {
-                joined.extend_from_slice(&f);
-            }
-            joined.extend_from_slice(&data);
+/// What a call holds while it runs: its concurrency permit and its body's
+/// share of the body budget.
+struct Admission {
+    _call: OwnedSemaphorePermit,
+    _body: Option<OwnedSemaphorePermit>,
+}
+
+impl Gateway {
+    /// Reads a request body under the size limit, the whole-body and idle-gap
+    /// timeouts, and the budget of body bytes all requests may hold at once
+    /// (one permit per KiB; 503 when it is spent). A body that arrived with
+    /// its head costs no timer.
+    async fn read_body(
+        &self,
+        body: Incoming,
+        call: OwnedSemaphorePermit,
+    ) -> Result<(Bytes, Admission), Error> {
+        let (max, limits) = (self.config.limits.max_body_bytes, &self.config.connections);
+        let deadline = tokio::time::Instant::now() + limits.body_timeout;
+        // A declared length takes its whole share up front (refused before a
+        // byte is read) and sizes the buffer once.
+        let declared = hyper::body::Body::size_hint(&body).exact().map(|n| n as usize);
+        if declared.is_some_and(|n| n > max) {
+            return Err(Error::PayloadTooLarge(max));
         }
+        let mut held = match declared {
+            Some(n) if n > 0 => Some(self.body_share(n)?),
+            _ => None,
+        };
+        let mut body = Limited::new(body, max);
+        let mut first: Option<Bytes> = None;
+        let mut joined = bytes::BytesMut::new();
+        loop {
+            let gap = (tokio::time::Instant::now() + limits.body_idle_timeout).min(deadline);
+            let frame = match tokio::time::timeout_at(gap, body.frame()).await {
+                Err(_) => return Err(Error::BodyTimeout),
+                Ok(None) => break,
+                Ok(Some(Ok(frame))) => frame,
+                Ok(Some(Err(e))) if e.is::<http_body_util::LengthLimitError>() => {
+                    return Err(Error::PayloadTooLarge(max))
+                }
+                Ok(Some(Err(_))) => return Err(Error::InvalidRequest("could not read the body".into())),
+            };
+            let Ok(data) = frame.into_data() else { continue };
+            if declared.is_none() {
+                let share = self.body_share(data.len())?;
+                match held.as_mut() {
+                    Some(h) => h.merge(share),
+                    None => held = Some(share),
+                }
+            }
+            if first.is_none() && joined.is_empty() {
+                first = Some(data);
+            } else {
+                if let Some(f) = first.take() {
+                    joined.reserve(declared.unwrap_or(0).max(f.len() + data.len()));
+                    joined.extend_from_slice(&f);
+                }
+                joined.extend_from_slice(&data);
+            }
+        }
+        let bytes = if joined.is_empty() { first.unwrap_or_default() } else { joined.freeze() };
+        Ok((bytes, Admission { _call: call, _body: held }))
     }
-    Ok(if joined.is_empty() { first.unwrap_or_default() } else { joined.freeze() })
+
+    /// `bytes` of the body budget, in whole KiB; 503 when it is spent.
+    fn body_share(&self, bytes: usize) -> Result<OwnedSemaphorePermit, Error> {
+        let kib = u32::try_from(bytes.div_ceil(1024)).map_err(|_| Error::Overloaded)?;
+        self.body_budget.clone().try_acquire_many_owned(kib).map_err(|_| Error::Overloaded)
+    }
 }
 
 /// The request id, when the body is already here in full and small (an

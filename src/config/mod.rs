@@ -156,6 +156,7 @@ pub struct Limits {
     pub max_body_bytes: usize,
     pub max_upstream_response_bytes: usize,
     pub max_concurrent_requests: usize,
+    pub max_buffered_body_bytes: usize,
     pub max_listen_streams: usize,
     pub max_parked_flows: usize,
     pub parked_flow_ttl: Duration,
@@ -259,6 +260,14 @@ fn validate(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
         }
     }
     let connections = conn_limits(&raw.server, &raw.limits, text)?;
+    let max_body_bytes = raw.limits.max_body_bytes.unwrap_or(4 << 20);
+    let max_buffered_body_bytes = raw.limits.max_buffered_body_bytes.unwrap_or(256 << 20);
+    if max_buffered_body_bytes < max_body_bytes {
+        return Err(ConfigError(format!(
+            "{}max_buffered_body_bytes must be at least max_body_bytes ({max_body_bytes})",
+            at(text, "max_buffered_body_bytes")
+        )));
+    }
     let allowed_hosts = match raw.server.allowed_hosts {
         Some(h) => Some(h),
         None if listen.ip().is_loopback() => {
@@ -279,9 +288,10 @@ fn validate(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
             idle_timeout: ms(raw.pool.idle_timeout_ms, 300_000),
         },
         limits: Limits {
-            max_body_bytes: raw.limits.max_body_bytes.unwrap_or(4 << 20),
+            max_body_bytes,
             max_upstream_response_bytes: raw.limits.max_upstream_response_bytes.unwrap_or(16 << 20),
             max_concurrent_requests: raw.limits.max_concurrent_requests.unwrap_or(4096),
+            max_buffered_body_bytes,
             max_listen_streams: raw.limits.max_listen_streams.unwrap_or(256),
             max_parked_flows: raw.limits.max_parked_flows.unwrap_or(10_000),
             parked_flow_ttl: ms(raw.limits.parked_flow_ttl_ms, 300_000),

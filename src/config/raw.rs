@@ -106,6 +106,8 @@ pub struct RawLimits {
     pub max_body_bytes: Option<usize>,
     pub max_upstream_response_bytes: Option<usize>,
     pub max_concurrent_requests: Option<usize>,
+    /// Request body bytes all requests may hold at once.
+    pub max_buffered_body_bytes: Option<usize>,
     pub max_listen_streams: Option<usize>,
     /// Calls paused on a question for the user (MRTR), at most.
     pub max_parked_flows: Option<usize>,

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# A/B of two sessionless builds in one run, on loopback: tools/call `echo`
+# through each gateway in front of one built-in legacy server, at concurrency
+# 1, 8 and 32, the two alternating cell by cell (order swapped every rep).
+# Prints median throughput and p50 per build and the median of the
+# pair-by-pair ratios (B ÷ A). Every process it starts is stopped on exit.
+#
+#   bench/ab.sh A_BIN B_BIN                 # e.g. a build of main before a change, and after
+#   BENCH_REPS=7 BENCH_DURATION=3 bench/ab.sh A_BIN B_BIN
+#
+# The load generator and the upstream come from B's tree (target/release):
+# build them with `cargo build --release --bin sessionless --example loadgen`.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+A_BIN=${1:?A_BIN}
+B_BIN=${2:?B_BIN}
+TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+LOADGEN=$TARGET_DIR/release/examples/loadgen
+REPS=${BENCH_REPS:-5}
+DURATION=${BENCH_DURATION:-3}
+WARMUP=${BENCH_WARMUP:-1}
+OUT=$(mktemp -d /tmp/sessionless-ab.XXXXXX)
+RESULTS=$OUT/results.jsonl
+
+PIDS=()
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+port_from_log() {
+    for _ in $(seq 100); do
+        if grep -qE "$2" "$1" 2>/dev/null; then
+            grep -oE "$2" "$1" | head -1 | grep -oE '[0-9]+$'
+            return 0
+        fi
+        sleep 0.1
+    done
+    cat "$1" >&2
+    return 1
+}
+
+"$B_BIN" demo-upstream --listen 127.0.0.1:0 2>"$OUT/upstream.log" &
+PIDS+=($!)
+UP=$(port_from_log "$OUT/upstream.log" 'on http://127\.0\.0\.1:[0-9]+')
+
+start() { # $1 label, $2 binary → prints the port
+    cat >"$OUT/$1.toml" <<EOF
+[server]
+listen = "127.0.0.1:0"
+
+[[upstreams]]
+name = "demo"
+url = "http://127.0.0.1:$UP/mcp"
+
+[[routes]]
+path = "/mcp"
+upstream = "demo"
+EOF
+    "$2" --config "$OUT/$1.toml" 2>"$OUT/$1.log" &
+    PIDS+=($!)
+    port_from_log "$OUT/$1.log" 'listening on http://127\.0\.0\.1:[0-9]+'
+}
+A_PORT=$(start a "$A_BIN")
+B_PORT=$(start b "$B_BIN")
+echo "upstream :$UP, A :$A_PORT ($A_BIN), B :$B_PORT ($B_BIN); reps=$REPS duration=${DURATION}s" >&2
+
+for rep in $(seq "$REPS"); do
+    for c in 1 8 32; do
+        order=(a b)
+        ((rep % 2 == 0)) && order=(b a)
+        for t in "${order[@]}"; do
+            port=$A_PORT
+            [[ $t == b ]] && port=$B_PORT
+            timeout $((DURATION + WARMUP + 60)) "$LOADGEN" modern --addr "127.0.0.1:$port" -c "$c" \
+                -d "$DURATION" --warmup "$WARMUP" --label "$t" --rep "$rep" >>"$RESULTS"
+        done
+    done
+    echo "rep $rep done" >&2
+done
+
+python3 - "$RESULTS" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+print("| c | A req/s | B req/s | B÷A req/s (pairs) | A p50 µs | B p50 µs | B÷A p50 (pairs) | errors A/B |")
+print("|---|---|---|---|---|---|---|---|")
+for c in (1, 8, 32):
+    cell = {(r["label"], r["rep"]): r for r in rows if r["concurrency"] == c}
+    reps = sorted({rep for (_, rep) in cell})
+    pairs = [(cell[("a", r)], cell[("b", r)]) for r in reps if ("a", r) in cell and ("b", r) in cell]
+    med = lambda xs: statistics.median(xs)
+    a_rps, b_rps = med([a["rps"] for a, _ in pairs]), med([b["rps"] for _, b in pairs])
+    a_p50, b_p50 = med([a["p50_us"] for a, _ in pairs]), med([b["p50_us"] for _, b in pairs])
+    rps_ratio = med([b["rps"] / a["rps"] for a, b in pairs if a["rps"]])
+    p50_ratio = med([b["p50_us"] / a["p50_us"] for a, b in pairs if a["p50_us"]])
+    errs = f'{sum(a["errors"] for a, _ in pairs)}/{sum(b["errors"] for _, b in pairs)}'
+    print(f"| {c} | {a_rps:.0f} | {b_rps:.0f} | {rps_ratio:.3f} | {a_p50:.0f} | {b_p50:.0f} | {p50_ratio:.3f} | {errs} |")
+EOF
+echo "raw: $RESULTS" >&2

@@ -1,0 +1,173 @@
+//! What an attack costs in resident memory, measured on the real binary
+//! (a child process on loopback, stopped by the test): stalled bodies are
+//! bounded by the body budget, idle connections by the connection cap.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+/// The gateway binary, killed when dropped (even when the test fails).
+struct Gateway {
+    child: Child,
+    port: u16,
+    _dir: TempDir,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Gateway {
+    fn start(tables: &str) -> Gateway {
+        let dir =
+            std::env::temp_dir().join(format!("sessionless-rss-{}-{}", std::process::id(), rand_suffix()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let config = format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n{tables}\n\n[[upstreams]]\nname = \"up\"\n\
+             url = \"http://{dead}/mcp\"\n\n[[routes]]\npath = \"/mcp\"\nupstream = \"up\"\n"
+        );
+        let path = dir.join("gateway.toml");
+        std::fs::write(&path, config).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sessionless"))
+            .arg("--config")
+            .arg(&path)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the gateway binary starts");
+        let stderr = child.stderr.take().unwrap();
+        let mut lines = BufReader::new(stderr).lines();
+        let port = loop {
+            let line = lines.next().expect("the gateway logs its address").unwrap();
+            if let Some(at) = line.find("listening on http://127.0.0.1:") {
+                let rest = &line[at + "listening on http://127.0.0.1:".len()..];
+                break rest.chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap();
+            }
+        };
+        // Keep draining its log so that it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines.by_ref() {});
+        Gateway { child, port, _dir: TempDir(dir) }
+    }
+
+    fn rss_mib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap();
+        kib / 1024
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+fn rand_suffix() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64
+}
+
+/// The status code of the answer on `s`, if one comes within `wait`.
+async fn status_within(s: &mut TcpStream, wait: Duration) -> Option<u16> {
+    let mut buf = [0u8; 512];
+    let n = tokio::time::timeout(wait, s.read(&mut buf)).await.ok()?.ok()?;
+    let text = std::str::from_utf8(&buf[..n]).ok()?;
+    text.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
+}
+
+#[tokio::test]
+async fn bodies_stalled_just_under_the_limit_are_bounded_by_the_body_budget() {
+    let gw = Gateway::start(
+        "body_timeout_ms = 4000\nbody_idle_timeout_ms = 4000\n\n[limits]\nmax_buffered_body_bytes = 33554432",
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = gw.rss_mib();
+    const BODY: usize = 4 << 20;
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: {BODY}\r\n\r\n"
+    );
+    let filler = vec![b' '; BODY - 1];
+    let mut senders = Vec::new();
+    for _ in 0..100 {
+        let (addr, head, filler) = (gw.addr(), head.clone(), filler.clone());
+        senders.push(tokio::spawn(async move {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            s.write_all(head.as_bytes()).await.unwrap();
+            let _ = s.write_all(&filler).await; // refused bodies are cut short
+            s
+        }));
+    }
+    let mut conns = Vec::new();
+    for sender in senders {
+        conns.push(sender.await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let peak = gw.rss_mib();
+    let started = Instant::now();
+    let (mut refused, mut timed_out) = (0, 0);
+    for s in &mut conns {
+        match status_within(s, Duration::from_secs(8)).await {
+            Some(503) => refused += 1,
+            Some(408) => timed_out += 1,
+            other => panic!("every stalled body is answered: {other:?}"),
+        }
+    }
+    assert_eq!(refused + timed_out, 100);
+    assert!(
+        refused >= 90,
+        "at most 8 bodies of 4 MiB fit the 32 MiB budget: {timed_out} waited for the timeout"
+    );
+    assert!(started.elapsed() < Duration::from_secs(8));
+    // 100 bodies of 4 MiB would be 400 MiB; the budget is 32.
+    assert!(peak.saturating_sub(before) < 64, "RSS {before} → {peak} MiB");
+}
+
+#[tokio::test]
+async fn connections_over_the_cap_wait_unserved_and_cost_nothing() {
+    let gw = Gateway::start("client_idle_timeout_ms = 60000\n\n[limits]\nmax_connections = 100");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = gw.rss_mib();
+    // 200: the listen backlog (128) holds the hundred over the cap.
+    let mut conns = Vec::new();
+    for _ in 0..200 {
+        let mut s = TcpStream::connect(gw.addr()).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n").await.unwrap();
+        conns.push(s);
+    }
+    let answered = futures_util::future::join_all(
+        conns.iter_mut().map(|s| status_within(s, Duration::from_millis(1000))),
+    )
+    .await;
+    let served = answered.iter().filter(|a| **a == Some(200)).count();
+    assert_eq!(served, 100, "exactly the cap is served");
+    let after = gw.rss_mib();
+    assert!(after.saturating_sub(before) < 30, "RSS {before} → {after} MiB for 100 served and 100 waiting");
+    // Closing the served connections lets waiting ones in.
+    let mut waiting: Vec<TcpStream> =
+        conns.into_iter().zip(answered).filter(|(_, a)| a.is_none()).map(|(s, _)| s).collect();
+    assert_eq!(waiting.len(), 100);
+    let next =
+        futures_util::future::join_all(waiting.iter_mut().map(|s| status_within(s, Duration::from_secs(3))))
+            .await;
+    assert_eq!(
+        next.iter().filter(|a| **a == Some(200)).count(),
+        100,
+        "the hundred waiting are served once the first leave"
+    );
+}
