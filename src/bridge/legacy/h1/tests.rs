@@ -1,0 +1,301 @@
+use super::*;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use http_body_util::BodyExt;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpListener;
+
+/// An in-memory upstream: each read yields the next piece; after the last,
+/// the stream ends (`eof`) or waits forever. Writes are taken and dropped.
+/// `read` counts the bytes handed out.
+struct Script {
+    pieces: VecDeque<Vec<u8>>,
+    eof: bool,
+    read: Arc<AtomicUsize>,
+}
+
+impl Script {
+    fn new(pieces: Vec<Vec<u8>>, eof: bool) -> Script {
+        Script { pieces: pieces.into(), eof, read: Arc::default() }
+    }
+
+    /// Every byte of `data` in a read of its own.
+    fn bytewise(data: &[u8], eof: bool) -> Script {
+        Script::new(data.iter().map(|&b| vec![b]).collect(), eof)
+    }
+}
+
+impl AsyncRead for Script {
+    fn poll_read(mut self: Pin<&mut Self>, _: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        match self.pieces.pop_front() {
+            Some(mut piece) => {
+                let n = piece.len().min(buf.remaining());
+                buf.put_slice(&piece[..n]);
+                self.read.fetch_add(n, Ordering::SeqCst);
+                if n < piece.len() {
+                    self.pieces.push_front(piece.split_off(n));
+                }
+                Poll::Ready(Ok(()))
+            }
+            None if self.eof => Poll::Ready(Ok(())),
+            None => Poll::Pending,
+        }
+    }
+}
+
+impl AsyncWrite for Script {
+    fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Poll::Ready(Ok(buf.len()))
+    }
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+fn mem_client() -> Client {
+    client("127.0.0.1:9".parse().unwrap())
+}
+
+/// The response to `method` read from `script`.
+async fn over(c: &Client, method: &str, script: Script) -> Result<Response, Error> {
+    c.send_over(Box::new(script), method, &[], b"").await
+}
+
+/// The body, or its error, within a second (a stalled decoder fails).
+async fn body_soon(resp: Response) -> io::Result<Bytes> {
+    tokio::time::timeout(Duration::from_secs(1), body_of(resp)).await.expect("the body ended at once")
+}
+
+fn client(addr: std::net::SocketAddr) -> Client {
+    let tls = Arc::new(super::super::transport::rustls_config());
+    let settings = Settings {
+        connect_timeout: Duration::from_secs(2),
+        idle_timeout: Duration::from_secs(30),
+        max_idle: 4,
+    };
+    Client::new(&format!("http://user:pw@{addr}/mcp?x=1").parse().unwrap(), tls, settings).unwrap()
+}
+
+/// A server that answers each connection's requests with the given raw
+/// responses in turn (one per request, written in the given pieces), then
+/// closes the connection. Returns the address and the requests it read.
+async fn server(conns: Vec<Vec<Vec<&'static [u8]>>>) -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    tokio::spawn(async move {
+        for responses in conns {
+            let (mut s, _) = listener.accept().await.unwrap();
+            for pieces in responses {
+                let mut req = Vec::new();
+                let mut b = [0u8; 4096];
+                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = s.read(&mut b).await.unwrap();
+                    if n == 0 {
+                        return;
+                    }
+                    req.extend_from_slice(&b[..n]);
+                }
+                log.lock().unwrap().push(String::from_utf8_lossy(&req).into_owned());
+                for p in pieces {
+                    s.write_all(p).await.unwrap();
+                    s.flush().await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                }
+            }
+        }
+    });
+    (addr, seen)
+}
+
+async fn body_of(resp: Response) -> io::Result<Bytes> {
+    Ok(resp.body.collect().await?.to_bytes())
+}
+
+#[tokio::test]
+async fn content_length_response_and_connection_reuse() {
+    let ok = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\ncontent-length: 7\r\nMcp-Session-Id: s1\r\n\r\n{\"a\":1}";
+    let (addr, seen) = server(vec![vec![vec![ok], vec![ok]]]).await;
+    let c = client(addr);
+    for _ in 0..2 {
+        let r = c.send("POST", &[("accept", "application/json")], b"{}").await.unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("mcp-session-id"), Some("s1"));
+        assert_eq!(r.header("CONTENT-TYPE"), Some("application/json"));
+        assert_eq!(body_of(r).await.unwrap(), "{\"a\":1}");
+        assert_eq!(c.idle(), 1, "the connection went back to the pool");
+    }
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 2, "both requests on one connection");
+    assert!(seen[0].starts_with("POST /mcp?x=1 HTTP/1.1\r\nhost: 127.0.0.1:"), "{}", seen[0]);
+    assert!(seen[0].contains("accept: application/json\r\ncontent-length: 2\r\n\r\n"), "{}", seen[0]);
+}
+
+#[tokio::test]
+async fn chunked_body_split_anywhere_with_extensions_and_trailers() {
+    let pieces: Vec<&'static [u8]> = vec![
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+        b"5;ext=1\r\nhel",
+        b"lo\r",
+        b"\n6\r\n world\r\n0\r",
+        b"\nX-Trailer: 1\r\n",
+        b"\r\n",
+    ];
+    let again: Vec<&'static [u8]> = vec![b"HTTP/1.1 204 No Content\r\n\r\n"];
+    let (addr, seen) = server(vec![vec![pieces, again]]).await;
+    let c = client(addr);
+    let r = c.send("GET", &[], b"").await.unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(body_of(r).await.unwrap(), "hello world");
+    let r = c.send("DELETE", &[], b"").await.unwrap();
+    assert_eq!(r.status, 204);
+    assert_eq!(body_of(r).await.unwrap(), "");
+    assert_eq!(seen.lock().unwrap().len(), 2, "reused after a chunked body");
+    assert!(!seen.lock().unwrap()[0].contains("content-length"), "no length on a bodiless GET");
+}
+
+#[tokio::test]
+async fn close_delimited_and_connection_close_are_not_reused() {
+    let eof: Vec<&'static [u8]> = vec![b"HTTP/1.1 200 OK\r\n\r\nuntil", b" the end"];
+    let close: Vec<&'static [u8]> =
+        vec![b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok"];
+    let (addr, seen) = server(vec![vec![eof], vec![close], vec![]]).await;
+    let c = client(addr);
+    let r = c.send("POST", &[], b"x").await.unwrap();
+    assert_eq!(body_of(r).await.unwrap(), "until the end");
+    assert_eq!(c.idle(), 0);
+    let r = c.send("POST", &[], b"x").await.unwrap();
+    assert_eq!(body_of(r).await.unwrap(), "ok");
+    assert_eq!(c.idle(), 0, "Connection: close is honoured");
+    assert_eq!(seen.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn an_idle_connection_the_server_closed_is_not_used() {
+    let ok: Vec<&'static [u8]> = vec![b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n1"];
+    let ok2: Vec<&'static [u8]> = vec![b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n2"];
+    // The first connection serves one request and closes.
+    let (addr, seen) = server(vec![vec![ok], vec![ok2]]).await;
+    let c = client(addr);
+    assert_eq!(body_of(c.send("POST", &[], b"x").await.unwrap()).await.unwrap(), "1");
+    assert_eq!(c.idle(), 1);
+    tokio::time::sleep(Duration::from_millis(50)).await; // the close arrives
+    assert_eq!(body_of(c.send("POST", &[], b"x").await.unwrap()).await.unwrap(), "2");
+    assert_eq!(seen.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn broken_responses_are_errors() {
+    let cases: Vec<(Vec<&'static [u8]>, &str)> = vec![
+        (vec![b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort"], "truncated"),
+        (vec![b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"], "bad chunk size"),
+        (vec![b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabXY"], "missing CRLF"),
+    ];
+    for (pieces, what) in cases {
+        let (addr, _) = server(vec![vec![pieces]]).await;
+        let c = client(addr);
+        let r = c.send("POST", &[], b"x").await.unwrap();
+        assert!(body_of(r).await.is_err(), "{what}");
+        assert_eq!(c.idle(), 0, "{what}");
+    }
+    let (addr, _) = server(vec![vec![vec![b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n"]]]).await;
+    assert!(matches!(client(addr).send("POST", &[], b"x").await, Err(Error::Invalid(_))));
+    let (addr, _) = server(vec![vec![vec![b"HTTP/1.1 200 O"]]]).await;
+    assert!(matches!(client(addr).send("POST", &[], b"x").await, Err(Error::Broken(_))));
+}
+
+#[tokio::test]
+async fn nothing_listening_is_not_sent_and_bad_headers_are_refused() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    drop(l);
+    assert!(matches!(client(addr).send("POST", &[], b"x").await, Err(Error::NotSent(_))));
+    let injected = client(addr).send("POST", &[("last-event-id", "1\r\nx: y")], b"x").await;
+    assert!(matches!(injected, Err(Error::Request(_))));
+}
+
+#[tokio::test]
+async fn a_waiting_body_holds_no_buffer() {
+    let pieces: Vec<&'static [u8]> = vec![
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n",
+        b"4\r\nlast\r\n0\r\n\r\n",
+    ];
+    let (addr, _) = server(vec![vec![pieces]]).await;
+    let mut r = client(addr).send("POST", &[], b"x").await.unwrap();
+    let first = r.body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert_eq!(first, "first");
+    let mut waited = false;
+    loop {
+        match r.body.frame().now_or_never() {
+            None => {
+                waited = true;
+                assert_eq!(r.body.conn.as_ref().unwrap().buf.capacity(), 0, "no buffer while waiting");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Some(Some(f)) => {
+                assert_eq!(f.unwrap().into_data().unwrap(), "last");
+                break;
+            }
+            Some(None) => panic!("ended early"),
+        }
+    }
+    assert!(waited, "the second piece comes later");
+}
+
+#[tokio::test]
+async fn connections_idle_past_the_timeout_are_not_reused() {
+    // A server that keeps every connection open and answers every request.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = listener.accept().await.unwrap();
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut b = [0u8; 4096];
+                while s.read(&mut b).await.is_ok_and(|n| n > 0) {
+                    let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx").await;
+                }
+            });
+        }
+    });
+    let settings = Settings {
+        connect_timeout: Duration::from_secs(2),
+        idle_timeout: Duration::from_millis(100),
+        max_idle: 4,
+    };
+    let tls = Arc::new(super::super::transport::rustls_config());
+    let c = Client::new(&format!("http://{addr}/").parse().unwrap(), tls, settings).unwrap();
+    for _ in 0..2 {
+        body_of(c.send("POST", &[], b"x").await.unwrap()).await.unwrap();
+    }
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1, "reused while fresh");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    body_of(c.send("POST", &[], b"x").await.unwrap()).await.unwrap();
+    assert_eq!(
+        accepted.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "a new connection after the idle timeout"
+    );
+    assert_eq!(c.idle(), 1, "the expired one is gone, the new one is kept");
+}
+
+#[test]
+fn chunk_decoder_steps() {
+    let mut buf = BytesMut::from(&b"3\r\nabc\r\n"[..]);
+    let (s, d) = chunk_step(Chunk::Size, &mut buf).unwrap();
+    assert_eq!((s, d), (Some(Chunk::Data(3)), None));
+    let (s, d) = chunk_step(Chunk::Data(3), &mut buf).unwrap();
+    assert_eq!((s, d.as_deref()), (Some(Chunk::DataEnd), Some(&b"abc"[..])));
+    let (s, _) = chunk_step(Chunk::DataEnd, &mut buf).unwrap();
+    assert_eq!(s, Some(Chunk::Size));
+    assert!(buf.is_empty());
+}
+
