@@ -1,7 +1,9 @@
+use super::head::{MAX_HEAD, MAX_HEADERS};
 use super::*;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use bytes::Bytes;
 use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
@@ -287,15 +289,270 @@ async fn connections_idle_past_the_timeout_are_not_reused() {
     assert_eq!(c.idle(), 1, "the expired one is gone, the new one is kept");
 }
 
-#[test]
-fn chunk_decoder_steps() {
-    let mut buf = BytesMut::from(&b"3\r\nabc\r\n"[..]);
-    let (s, d) = chunk_step(Chunk::Size, &mut buf).unwrap();
-    assert_eq!((s, d), (Some(Chunk::Data(3)), None));
-    let (s, d) = chunk_step(Chunk::Data(3), &mut buf).unwrap();
-    assert_eq!((s, d.as_deref()), (Some(Chunk::DataEnd), Some(&b"abc"[..])));
-    let (s, _) = chunk_step(Chunk::DataEnd, &mut buf).unwrap();
-    assert_eq!(s, Some(Chunk::Size));
-    assert!(buf.is_empty());
+const CHUNKED_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+
+fn cat(parts: &[&[u8]]) -> Vec<u8> {
+    parts.concat()
 }
 
+#[tokio::test]
+async fn trailers_in_the_last_packet_end_the_body_at_once() {
+    let last = b"5\r\nhello\r\n0\r\nX-Trailer: 1\r\nX-Other: 2\r\n\r\n";
+    let c = mem_client();
+    // The upstream then keeps the connection open and says nothing.
+    let r = over(&c, "POST", Script::new(vec![CHUNKED_HEAD.to_vec(), last.to_vec()], false)).await.unwrap();
+    assert_eq!(body_soon(r).await.unwrap(), "hello");
+    let r = over(&c, "POST", Script::new(vec![cat(&[CHUNKED_HEAD, last])], false)).await.unwrap();
+    assert_eq!(body_soon(r).await.unwrap(), "hello");
+    assert_eq!(c.idle(), 2, "both clean ends went back to the pool");
+}
+
+/// Yields `head` once, then `line` forever (up to `limit` bytes, then EOF).
+struct Endless {
+    head: Option<Vec<u8>>,
+    line: &'static [u8],
+    served: Arc<AtomicUsize>,
+    limit: usize,
+}
+
+impl AsyncRead for Endless {
+    fn poll_read(mut self: Pin<&mut Self>, _: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if self.served.load(Ordering::SeqCst) >= self.limit {
+            return Poll::Ready(Ok(()));
+        }
+        let piece = self.head.take().unwrap_or_else(|| self.line.repeat(64));
+        let n = piece.len().min(buf.remaining());
+        buf.put_slice(&piece[..n]);
+        self.served.fetch_add(n, Ordering::SeqCst);
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for Endless {
+    fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Poll::Ready(Ok(buf.len()))
+    }
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[tokio::test]
+async fn endless_trailers_and_chunk_extensions_are_errors_after_a_bounded_read() {
+    let cases: [(&[u8], &'static [u8]); 3] = [
+        (b"0\r\n", b"X-Trailer: 0123456789\r\n"),
+        (b"0\r\n", b"X:\r\n"),
+        (b"", b"1;ext=0123456789abcdef0123456789abcdef0123456789abcdef\r\nx\r\n"),
+    ];
+    for (start, line) in cases {
+        let served = Arc::new(AtomicUsize::new(0));
+        let endless = Endless {
+            head: Some(cat(&[CHUNKED_HEAD, start])),
+            line,
+            served: served.clone(),
+            limit: 8 << 20,
+        };
+        let r = mem_client().send_over(Box::new(endless), "POST", &[], b"").await.unwrap();
+        let what = String::from_utf8_lossy(line);
+        assert!(body_soon(r).await.is_err(), "{what}");
+        let n = served.load(Ordering::SeqCst);
+        assert!(n < 64 * 1024, "{what}: an error after {n} bytes");
+    }
+}
+
+#[tokio::test]
+async fn digits_are_strict() {
+    let c = mem_client();
+    for cl in ["+2", "-2", " 2 x", "0x2", "2a", "", "2,3", "18446744073709551616"] {
+        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {cl}\r\n\r\nok");
+        let r = over(&c, "POST", Script::new(vec![head.into_bytes()], true)).await;
+        assert!(matches!(r, Err(Error::Invalid(_))), "content-length {cl:?}");
+    }
+    for cl in ["2", " 2 ", "2, 2", "2,2"] {
+        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {cl}\r\nContent-Length: 2\r\n\r\nok");
+        let r = over(&c, "POST", Script::new(vec![head.into_bytes()], true)).await.unwrap();
+        assert_eq!(body_soon(r).await.unwrap(), "ok", "content-length {cl:?}");
+    }
+    let bad_sizes: [&[u8]; 10] =
+        [b"+5", b" 5", b"5 ", b"0x5", b"-0", b"", b";x", b"5\t;x", b"00000000000000005", b"5;a\rb"];
+    for size in bad_sizes {
+        for split in [false, true] {
+            let data = cat(&[CHUNKED_HEAD, size, b"\r\nhello\r\n0\r\n\r\n"]);
+            let script = if split { Script::bytewise(&data, true) } else { Script::new(vec![data], true) };
+            let r = over(&c, "POST", script).await.unwrap();
+            assert!(body_soon(r).await.is_err(), "chunk size {:?}", String::from_utf8_lossy(size));
+        }
+    }
+    let good = cat(&[CHUNKED_HEAD, b"5;a=b;c=\"d\"\r\nhello\r\n000\r\n\r\n"]);
+    let r = over(&c, "POST", Script::bytewise(&good, false)).await.unwrap();
+    assert_eq!(body_soon(r).await.unwrap(), "hello");
+}
+
+#[tokio::test]
+async fn bare_line_feeds_are_refused() {
+    let c = mem_client();
+    for head in [
+        &b"HTTP/1.1 200 OK\nContent-Length: 2\n\nok"[..],
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\nok",
+        b"\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    ] {
+        for split in [false, true] {
+            let script = if split { Script::bytewise(head, true) } else { Script::new(vec![head.to_vec()], true) };
+            let r = over(&c, "POST", script).await;
+            assert!(matches!(r, Err(Error::Invalid(_))), "{:?}", String::from_utf8_lossy(head));
+        }
+    }
+    for body in [&b"5\nhello\r\n0\r\n\r\n"[..], b"5\r\nhello\n0\r\n\r\n", b"5\r\nhello\r\n0\n\n", b"0\r\nX: 1\n\r\n"] {
+        let r = over(&c, "POST", Script::new(vec![cat(&[CHUNKED_HEAD, body])], true)).await.unwrap();
+        assert!(body_soon(r).await.is_err(), "{:?}", String::from_utf8_lossy(body));
+    }
+}
+
+#[tokio::test]
+async fn ambiguous_framing_is_invalid_and_never_reused() {
+    let c = mem_client();
+    for head in [
+        &b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"[..],
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: \r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, \r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip,,chunked\r\n\r\n",
+        b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+    ] {
+        let data = cat(&[head, b"5\r\nhello\r\n0\r\n\r\n"]);
+        let r = over(&c, "POST", Script::new(vec![data], false)).await;
+        assert!(matches!(r, Err(Error::Invalid(_))), "{:?}", String::from_utf8_lossy(head));
+    }
+    assert_eq!(c.idle(), 0);
+    // A final coding other than chunked: read to the end, never reused.
+    let gzip = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: x-custom\r\nTransfer-Encoding: gzip\r\n\r\nzz";
+    let r = over(&c, "POST", Script::new(vec![gzip.to_vec()], true)).await.unwrap();
+    assert_eq!(body_soon(r).await.unwrap(), "zz");
+    let unknown = cat(&[b"HTTP/1.1 200 OK\r\nTransfer-Encoding: x-custom, Chunked\r\n\r\n", b"2\r\nok\r\n0\r\n\r\n"]);
+    let r = over(&c, "POST", Script::new(vec![unknown], false)).await.unwrap();
+    assert_eq!(body_soon(r).await.unwrap(), "ok");
+    assert_eq!(c.idle(), 1, "only the chunked one is reused");
+}
+
+#[tokio::test]
+async fn framing_knows_the_method_and_the_status() {
+    let c = mem_client();
+    let head = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
+    let r = over(&c, "HEAD", Script::new(vec![head.to_vec()], false)).await.unwrap();
+    assert_eq!(body_soon(r).await.unwrap(), "", "a HEAD response has no body");
+    let head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let r = over(&c, "HEAD", Script::new(vec![head.to_vec()], false)).await.unwrap();
+    assert_eq!(body_soon(r).await.unwrap(), "");
+    for status in ["204 No Content", "304 Not Modified"] {
+        let head = format!("HTTP/1.1 {status}\r\nContent-Length: 5\r\n\r\n");
+        let r = over(&c, "GET", Script::new(vec![head.into_bytes()], false)).await.unwrap();
+        assert_eq!(body_soon(r).await.unwrap(), "", "{status}");
+    }
+    assert_eq!(c.idle(), 4);
+    let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+    let interim = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n";
+    let r = over(&c, "POST", Script::bytewise(&cat(&[&interim.repeat(8), ok]), false)).await.unwrap();
+    assert_eq!(body_soon(r).await.unwrap(), "ok", "16 interim responses are skipped");
+    let too_many = cat(&[&interim.repeat(8), b"HTTP/1.1 100 Continue\r\n\r\n", ok]);
+    let r = over(&c, "POST", Script::new(vec![too_many], false)).await;
+    assert!(matches!(r, Err(Error::Invalid(_))), "the 17th is refused");
+    let upgrade = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n";
+    let r = over(&c, "GET", Script::new(vec![upgrade.to_vec()], false)).await;
+    assert!(matches!(r, Err(Error::Invalid(_))), "we never ask for an upgrade");
+    let r = over(&c, "GET", Script::new(vec![b"HTTP/1.1 099 Low\r\n\r\n".to_vec()], true)).await;
+    assert!(matches!(r, Err(Error::Invalid(_))), "a status below 100");
+}
+
+#[tokio::test]
+async fn header_count_and_head_size_are_capped() {
+    let c = mem_client();
+    let head = |n: usize| {
+        let fields: String = (0..n).map(|i| format!("x-h{i}: v\r\n")).collect();
+        format!("HTTP/1.1 200 OK\r\n{fields}Content-Length: 0\r\n\r\n").into_bytes()
+    };
+    let r = over(&c, "GET", Script::new(vec![head(MAX_HEADERS - 1)], false)).await.unwrap();
+    assert_eq!(body_soon(r).await.unwrap(), "");
+    let r = over(&c, "GET", Script::new(vec![head(MAX_HEADERS)], false)).await;
+    assert!(matches!(r, Err(Error::Invalid("too many response headers"))));
+    let big = format!("HTTP/1.1 200 OK\r\nx: {}\r\n\r\n", "a".repeat(MAX_HEAD)).into_bytes();
+    let script = Script::new(big.chunks(1000).map(<[u8]>::to_vec).collect(), false);
+    assert!(matches!(over(&c, "GET", script).await, Err(Error::Invalid("response head too large"))));
+}
+
+#[tokio::test]
+async fn bytes_after_the_response_in_the_same_read_are_never_reused() {
+    let c = mem_client();
+    let stray = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstray";
+    for first in [
+        &b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"[..],
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+        b"HTTP/1.1 204 No Content\r\n\r\n",
+    ] {
+        let r = over(&c, "GET", Script::new(vec![cat(&[first, stray])], false)).await.unwrap();
+        body_soon(r).await.unwrap();
+        assert_eq!(c.idle(), 0, "{:?}", String::from_utf8_lossy(first));
+    }
+}
+
+#[tokio::test]
+async fn a_stray_response_after_the_end_is_never_handed_to_the_next_request() {
+    let ok: Vec<&'static [u8]> = vec![b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\none"];
+    // Unprompted, 30 ms after the answer, a second complete response.
+    let stray: Vec<&'static [u8]> =
+        vec![b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\none", b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstray"];
+    let two: Vec<&'static [u8]> = vec![b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\ntwo"];
+    let (addr, seen) = server(vec![vec![stray], vec![two, ok]]).await;
+    let c = client(addr);
+    assert_eq!(body_of(c.send("GET", &[], b"").await.unwrap()).await.unwrap(), "one");
+    assert_eq!(c.idle(), 1);
+    tokio::time::sleep(Duration::from_millis(100)).await; // the stray arrives
+    assert_eq!(body_of(c.send("GET", &[], b"").await.unwrap()).await.unwrap(), "two");
+    assert_eq!(seen.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn a_reused_connection_closed_before_any_byte_is_retried_only_when_idempotent() {
+    let ok: Vec<&'static [u8]> = vec![b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n1"];
+    let ok2: Vec<&'static [u8]> = vec![b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n2"];
+    // The first connection answers one request, takes the next and closes silently.
+    let (addr, seen) = server(vec![vec![ok.clone(), vec![]], vec![ok2.clone()]]).await;
+    let c = client(addr);
+    assert_eq!(body_of(c.send("GET", &[], b"").await.unwrap()).await.unwrap(), "1");
+    assert_eq!(body_of(c.send("GET", &[], b"").await.unwrap()).await.unwrap(), "2", "a GET is sent again");
+    assert_eq!(seen.lock().unwrap().len(), 3);
+    let (addr, _) = server(vec![vec![ok, vec![]], vec![ok2]]).await;
+    let c = client(addr);
+    assert_eq!(body_of(c.send("POST", &[], b"x").await.unwrap()).await.unwrap(), "1");
+    let r = c.send("POST", &[], b"x").await;
+    assert!(matches!(r, Err(Error::Broken(_))), "the upstream may have acted on a POST");
+    // A fresh connection closing before any byte is broken, whatever the method.
+    let (addr, _) = server(vec![vec![vec![]]]).await;
+    assert!(matches!(client(addr).send("GET", &[], b"").await, Err(Error::Broken(_))));
+}
+
+#[tokio::test]
+async fn connection_close_wins_over_keep_alive() {
+    let c = mem_client();
+    for head in [
+        &b"HTTP/1.0 200 OK\r\nConnection: close\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n"[..],
+        b"HTTP/1.0 200 OK\r\nConnection: keep-alive, close\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nConnection: Close\r\nContent-Length: 0\r\n\r\n",
+    ] {
+        let r = over(&c, "GET", Script::new(vec![head.to_vec()], false)).await.unwrap();
+        body_soon(r).await.unwrap();
+        assert_eq!(c.idle(), 0, "{:?}", String::from_utf8_lossy(head));
+    }
+    let keep = b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n";
+    let r = over(&c, "GET", Script::new(vec![keep.to_vec()], false)).await.unwrap();
+    body_soon(r).await.unwrap();
+    assert_eq!(c.idle(), 1);
+}
