@@ -17,6 +17,7 @@
 //! the whole request ([`Error::NotSent`]).
 
 use std::io;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
@@ -282,16 +283,17 @@ impl Io {
     }
 
     /// An idle connection is usable if reading it would wait: no close, no
-    /// stray bytes. The check never blocks.
+    /// stray bytes (an unrequested response must never be taken for the
+    /// answer to the next request). The check never blocks.
     fn is_open(&mut self) -> bool {
         let mut byte = [0u8; 1];
-        let read = match self {
-            Io::Plain(s) => s.read(&mut byte).now_or_never(),
-            Io::Tls(s) => s.read(&mut byte).now_or_never(),
+        match self {
+            Io::Plain(s) => nothing_waiting(s),
+            // Bytes may wait in the socket or, already decrypted, in rustls.
+            Io::Tls(s) => nothing_waiting(s.get_ref().0) && s.read(&mut byte).now_or_never().is_none(),
             #[cfg(any(test, feature = "fuzzing"))]
-            Io::Mem(s) => s.read(&mut byte).now_or_never(),
-        };
-        read.is_none()
+            Io::Mem(s) => s.read(&mut byte).now_or_never().is_none(),
+        }
     }
 
     /// Reads more bytes into `buf`, allocating it only once data is ready.
@@ -316,6 +318,14 @@ impl Io {
             }
         }
     }
+}
+
+/// Asks the socket itself: tokio's cached readiness can lag behind bytes
+/// (or a close) that arrived while the connection sat idle, and a read of a
+/// TLS stream says nothing of them until its runtime's driver has looked.
+fn nothing_waiting(s: &TcpStream) -> bool {
+    let mut byte = [MaybeUninit::uninit()];
+    matches!(socket2::SockRef::from(s).peek(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }
 
 fn reserve(buf: &mut BytesMut) {

@@ -556,3 +556,76 @@ async fn connection_close_wins_over_keep_alive() {
     body_soon(r).await.unwrap();
     assert_eq!(c.idle(), 1);
 }
+
+/// A client config trusting the test CA, and an acceptor for `localhost`
+/// (testdata: a throwaway CA and leaf made with openssl, valid for 100 years).
+fn tls_pair() -> (Arc<rustls::ClientConfig>, tokio_rustls::TlsAcceptor) {
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from(&include_bytes!("testdata/ca.der")[..])).unwrap();
+    let client = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let cert = CertificateDer::from(&include_bytes!("testdata/localhost.der")[..]);
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(&include_bytes!("testdata/localhost.key.der")[..]));
+    let server = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert], key)
+        .unwrap();
+    (Arc::new(client), tokio_rustls::TlsAcceptor::from(Arc::new(server)))
+}
+
+async fn read_request<S: tokio::io::AsyncRead + Unpin>(s: &mut S) {
+    let mut req = Vec::new();
+    let mut b = [0u8; 4096];
+    while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = s.read(&mut b).await.unwrap();
+        assert!(n > 0, "the client closed");
+        req.extend_from_slice(&b[..n]);
+    }
+}
+
+#[tokio::test]
+async fn a_stray_response_on_an_idle_tls_connection_is_never_handed_to_the_next_request() {
+    let (client_tls, acceptor) = tls_pair();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (go, stray_now) = std::sync::mpsc::channel::<()>();
+    let (written, stray_written) = std::sync::mpsc::channel::<()>();
+    // The upstream runs on a thread of its own: the test blocks its own runtime.
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            listener.set_nonblocking(true).unwrap();
+            let listener = TcpListener::from_std(listener).unwrap();
+            let mut first = acceptor.accept(listener.accept().await.unwrap().0).await.unwrap();
+            read_request(&mut first).await;
+            first.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\none").await.unwrap();
+            first.flush().await.unwrap();
+            tokio::task::spawn_blocking(move || stray_now.recv().unwrap()).await.unwrap();
+            first.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstray").await.unwrap();
+            first.flush().await.unwrap();
+            written.send(()).unwrap();
+            let mut second = acceptor.accept(listener.accept().await.unwrap().0).await.unwrap();
+            read_request(&mut second).await;
+            second.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\ntwo").await.unwrap();
+            second.flush().await.unwrap();
+            let _ = first.read(&mut [0u8; 1]).await; // hold both open until the client goes
+        });
+    });
+    let settings =
+        Settings { connect_timeout: Duration::from_secs(2), idle_timeout: Duration::from_secs(30), max_idle: 4 };
+    let c = Client::new(&format!("https://localhost:{port}/").parse().unwrap(), client_tls, settings).unwrap();
+    assert_eq!(body_of(c.send("GET", &[], b"").await.unwrap()).await.unwrap(), "one");
+    assert_eq!(c.idle(), 1);
+    go.send(()).unwrap();
+    // Blocking the runtime: its I/O driver has not seen the bytes arrive.
+    stray_written.recv().unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(body_of(c.send("GET", &[], b"").await.unwrap()).await.unwrap(), "two");
+}
