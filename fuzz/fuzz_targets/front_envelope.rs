@@ -10,7 +10,8 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 
-const FUZZED: [&str; 5] = ["mcp-protocol-version", "mcp-method", "mcp-name", "mcp-param-region", "content-type"];
+const FUZZED: [&str; 5] =
+    ["mcp-protocol-version", "mcp-method", "mcp-name", "mcp-param-region", "content-type"];
 
 fn add(headers: &mut HeaderMap, name: &'static str, value: &[u8]) {
     if let Ok(v) = HeaderValue::from_bytes(value) {

@@ -61,7 +61,8 @@ fn deliberate(why: &str, theirs: &Read, method: &str) -> bool {
     let unframed = method == "HEAD"
         || matches!(theirs.status, 204 | 304)
         || theirs.headers.iter().any(|(n, _)| n == b"transfer-encoding");
-    STRICTER.contains(&why) || (unframed && matches!(why, "bad content-length" | "conflicting content-length"))
+    STRICTER.contains(&why)
+        || (unframed && matches!(why, "bad content-length" | "conflicting content-length"))
 }
 
 /// What a reader made of the response.
@@ -100,7 +101,11 @@ impl Feed {
 }
 
 impl AsyncRead for Feed {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
         if !self.asked {
             self.reader = Some(cx.waker().clone());
             return Poll::Pending;
@@ -151,8 +156,11 @@ async fn hypers(method: &str, feed: Feed) -> Result<Read, String> {
     let read = async {
         let resp = send.send_request(req).await.map_err(|e| e.to_string())?;
         let status = resp.status().as_u16();
-        let headers =
-            resp.headers().iter().map(|(n, v)| (n.as_str().as_bytes().to_vec(), v.as_bytes().to_vec())).collect();
+        let headers = resp
+            .headers()
+            .iter()
+            .map(|(n, v)| (n.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()))
+            .collect();
         let body = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes().to_vec();
         Ok(Read { status, headers, body })
     };
@@ -183,7 +191,9 @@ fuzz_target!(|input: &[u8]| {
     let text = String::from_utf8_lossy(response);
     match (a.map(sorted), b.map(sorted)) {
         (Ok(a), Ok(b)) => assert_eq!(a, b, "{method} {text:?}"),
-        (Err(why), Ok(b)) => assert!(deliberate(&why, &b, method), "we refused ({why}) what hyper read: {method} {text:?}"),
+        (Err(why), Ok(b)) => {
+            assert!(deliberate(&why, &b, method), "we refused ({why}) what hyper read: {method} {text:?}")
+        }
         (Ok(_), Err(why)) => panic!("we read what hyper refused ({why}): {method} {text:?}"),
         (Err(_), Err(_)) => {}
     }

@@ -32,8 +32,11 @@ where
     static CLIENT: OnceLock<h1::Client> = OnceLock::new();
     let client = CLIENT.get_or_init(|| {
         let tls = Arc::new(super::transport::rustls_config());
-        let settings =
-            h1::Settings { connect_timeout: Duration::from_secs(1), idle_timeout: Duration::ZERO, max_idle: 0 };
+        let settings = h1::Settings {
+            connect_timeout: Duration::from_secs(1),
+            idle_timeout: Duration::ZERO,
+            max_idle: 0,
+        };
         h1::Client::new(&"http://upstream.invalid/mcp".parse().expect("a URL"), tls, settings).expect("http")
     });
     let resp = client.send_over(Box::new(io), method, &[], b"").await.map_err(|e| match e {

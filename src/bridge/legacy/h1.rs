@@ -262,7 +262,10 @@ enum Io {
 
 /// Any in-memory transport, for tests and fuzzing.
 #[cfg(any(test, feature = "fuzzing"))]
-pub(crate) trait MemStream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Sync + Unpin {}
+pub(crate) trait MemStream:
+    tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Sync + Unpin
+{
+}
 #[cfg(any(test, feature = "fuzzing"))]
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Sync + Unpin> MemStream for T {}
 

@@ -319,8 +319,19 @@ mod tests {
         for good in [&b"0\r\n"[..], b"F\r\n", b"ffffffffffffffff\r\n", b"1;\r\n", b"1;a=\"b c\"\r\n"] {
             assert!(chunk_size(good).is_ok(), "{:?}", String::from_utf8_lossy(good));
         }
-        let bad: [&[u8]; 11] =
-            [b"\r\n", b";\r\n", b" 1\r\n", b"1 \r\n", b"1\t;\r\n", b"+1\r\n", b"-0\r\n", b"0x1\r\n", b"1x\r\n", b"1;a\rb\r\n", b"10000000000000000\r\n"];
+        let bad: [&[u8]; 11] = [
+            b"\r\n",
+            b";\r\n",
+            b" 1\r\n",
+            b"1 \r\n",
+            b"1\t;\r\n",
+            b"+1\r\n",
+            b"-0\r\n",
+            b"0x1\r\n",
+            b"1x\r\n",
+            b"1;a\rb\r\n",
+            b"10000000000000000\r\n",
+        ];
         for line in bad {
             assert!(chunk_size(line).is_err(), "{:?}", String::from_utf8_lossy(line));
         }

@@ -57,7 +57,11 @@ impl From<Error> for HeadError {
 }
 
 /// Reads the final response head to a request made with `method`.
-pub(super) async fn read_head(mut conn: Conn, pool: Arc<Shared>, method: &str) -> Result<Response, HeadError> {
+pub(super) async fn read_head(
+    mut conn: Conn,
+    pool: Arc<Shared>,
+    method: &str,
+) -> Result<Response, HeadError> {
     let mut interim = 0;
     // How much of the buffer is known not to end a head.
     let mut scanned: usize = 0;
@@ -90,7 +94,9 @@ pub(super) async fn read_head(mut conn: Conn, pool: Arc<Shared>, method: &str) -
         }
         let read = std::future::poll_fn(|cx| conn.io.poll_fill(cx, &mut conn.buf)).await;
         match read {
-            Ok(0) => return Err(HeadError { error: Error::Broken(io::ErrorKind::UnexpectedEof.into()), silent }),
+            Ok(0) => {
+                return Err(HeadError { error: Error::Broken(io::ErrorKind::UnexpectedEof.into()), silent })
+            }
             Ok(_) => silent = false,
             Err(e) => return Err(HeadError { error: Error::Broken(e), silent }),
         }

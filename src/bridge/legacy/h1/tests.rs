@@ -29,7 +29,11 @@ impl Script {
 }
 
 impl AsyncRead for Script {
-    fn poll_read(mut self: Pin<&mut Self>, _: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         match self.pieces.pop_front() {
             Some(mut piece) => {
                 let n = piece.len().min(buf.remaining());
@@ -316,7 +320,11 @@ struct Endless {
 }
 
 impl AsyncRead for Endless {
-    fn poll_read(mut self: Pin<&mut Self>, _: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         if self.served.load(Ordering::SeqCst) >= self.limit {
             return Poll::Ready(Ok(()));
         }
@@ -349,12 +357,8 @@ async fn endless_trailers_and_chunk_extensions_are_errors_after_a_bounded_read()
     ];
     for (start, line) in cases {
         let served = Arc::new(AtomicUsize::new(0));
-        let endless = Endless {
-            head: Some(cat(&[CHUNKED_HEAD, start])),
-            line,
-            served: served.clone(),
-            limit: 8 << 20,
-        };
+        let endless =
+            Endless { head: Some(cat(&[CHUNKED_HEAD, start])), line, served: served.clone(), limit: 8 << 20 };
         let r = mem_client().send_over(Box::new(endless), "POST", &[], b"").await.unwrap();
         let what = String::from_utf8_lossy(line);
         assert!(body_soon(r).await.is_err(), "{what}");
@@ -401,12 +405,15 @@ async fn bare_line_feeds_are_refused() {
         b"\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
     ] {
         for split in [false, true] {
-            let script = if split { Script::bytewise(head, true) } else { Script::new(vec![head.to_vec()], true) };
+            let script =
+                if split { Script::bytewise(head, true) } else { Script::new(vec![head.to_vec()], true) };
             let r = over(&c, "POST", script).await;
             assert!(matches!(r, Err(Error::Invalid(_))), "{:?}", String::from_utf8_lossy(head));
         }
     }
-    for body in [&b"5\nhello\r\n0\r\n\r\n"[..], b"5\r\nhello\n0\r\n\r\n", b"5\r\nhello\r\n0\n\n", b"0\r\nX: 1\n\r\n"] {
+    for body in
+        [&b"5\nhello\r\n0\r\n\r\n"[..], b"5\r\nhello\n0\r\n\r\n", b"5\r\nhello\r\n0\n\n", b"0\r\nX: 1\n\r\n"]
+    {
         let r = over(&c, "POST", Script::new(vec![cat(&[CHUNKED_HEAD, body])], true)).await.unwrap();
         assert!(body_soon(r).await.is_err(), "{:?}", String::from_utf8_lossy(body));
     }
@@ -437,7 +444,8 @@ async fn ambiguous_framing_is_invalid_and_never_reused() {
     let gzip = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: x-custom\r\nTransfer-Encoding: gzip\r\n\r\nzz";
     let r = over(&c, "POST", Script::new(vec![gzip.to_vec()], true)).await.unwrap();
     assert_eq!(body_soon(r).await.unwrap(), "zz");
-    let unknown = cat(&[b"HTTP/1.1 200 OK\r\nTransfer-Encoding: x-custom, Chunked\r\n\r\n", b"2\r\nok\r\n0\r\n\r\n"]);
+    let unknown =
+        cat(&[b"HTTP/1.1 200 OK\r\nTransfer-Encoding: x-custom, Chunked\r\n\r\n", b"2\r\nok\r\n0\r\n\r\n"]);
     let r = over(&c, "POST", Script::new(vec![unknown], false)).await.unwrap();
     assert_eq!(body_soon(r).await.unwrap(), "ok");
     assert_eq!(c.idle(), 1, "only the chunked one is reused");
@@ -507,8 +515,10 @@ async fn bytes_after_the_response_in_the_same_read_are_never_reused() {
 async fn a_stray_response_after_the_end_is_never_handed_to_the_next_request() {
     let ok: Vec<&'static [u8]> = vec![b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\none"];
     // Unprompted, 30 ms after the answer, a second complete response.
-    let stray: Vec<&'static [u8]> =
-        vec![b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\none", b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstray"];
+    let stray: Vec<&'static [u8]> = vec![
+        b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\none",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstray",
+    ];
     let two: Vec<&'static [u8]> = vec![b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\ntwo"];
     let (addr, seen) = server(vec![vec![stray], vec![two, ok]]).await;
     let c = client(addr);
@@ -570,7 +580,8 @@ fn tls_pair() -> (Arc<rustls::ClientConfig>, tokio_rustls::TlsAcceptor) {
         .with_root_certificates(roots)
         .with_no_client_auth();
     let cert = CertificateDer::from(&include_bytes!("testdata/localhost.der")[..]);
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(&include_bytes!("testdata/localhost.key.der")[..]));
+    let key =
+        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(&include_bytes!("testdata/localhost.key.der")[..]));
     let server = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
@@ -618,9 +629,13 @@ async fn a_stray_response_on_an_idle_tls_connection_is_never_handed_to_the_next_
             let _ = first.read(&mut [0u8; 1]).await; // hold both open until the client goes
         });
     });
-    let settings =
-        Settings { connect_timeout: Duration::from_secs(2), idle_timeout: Duration::from_secs(30), max_idle: 4 };
-    let c = Client::new(&format!("https://localhost:{port}/").parse().unwrap(), client_tls, settings).unwrap();
+    let settings = Settings {
+        connect_timeout: Duration::from_secs(2),
+        idle_timeout: Duration::from_secs(30),
+        max_idle: 4,
+    };
+    let c =
+        Client::new(&format!("https://localhost:{port}/").parse().unwrap(), client_tls, settings).unwrap();
     assert_eq!(body_of(c.send("GET", &[], b"").await.unwrap()).await.unwrap(), "one");
     assert_eq!(c.idle(), 1);
     go.send(()).unwrap();
