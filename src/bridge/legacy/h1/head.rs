@@ -139,19 +139,23 @@ fn parse_head(buf: &[u8]) -> Result<Option<Parsed>, Error> {
         return Err(Error::Invalid("status below 100"));
     }
     let http11 = resp.version == Some(1);
+    let mut parsed = Parsed {
+        len,
+        status,
+        keep_alive: http11,
+        headers: Vec::new(),
+        length: None,
+        codings: Codings::default(),
+    };
+    if status < 200 {
+        return Ok(Some(parsed)); // an interim head frames nothing: its fields are not read
+    }
     let base = buf.as_ptr() as usize;
     let range = |s: &[u8]| {
         let start = s.as_ptr() as usize - base;
         start..start + s.len()
     };
-    let mut parsed = Parsed {
-        len,
-        status,
-        keep_alive: http11,
-        headers: Vec::with_capacity(resp.headers.len()),
-        length: None,
-        codings: Codings::default(),
-    };
+    parsed.headers.reserve_exact(resp.headers.len());
     let (mut close, mut keep_alive) = (false, false);
     for h in resp.headers.iter() {
         let name = h.name.as_bytes();
