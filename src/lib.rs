@@ -26,6 +26,14 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::Config;
 
+/// Entry points for the cargo-fuzz targets in `fuzz/` (feature `fuzzing`,
+/// off by default); not an API.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::bridge::legacy::fuzzing::{h1_exchange, H1Response, Seals};
+}
+
 /// A running gateway.
 pub struct Running {
     pub addr: SocketAddr,

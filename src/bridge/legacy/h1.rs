@@ -8,35 +8,37 @@
 //! Here a connection is a socket and one buffer that exists only while bytes
 //! are waiting in it; it is owned by the request that uses it, polled by that
 //! request's task, closed when dropped, and put back in the pool only after
-//! its response was read to the end.
+//! its response was read to the end with nothing left over.
 //!
-//! Responses are framed by RFC 9112 §6.3: `Transfer-Encoding: chunked`,
-//! `Content-Length`, or the end of the connection. Interim 1xx heads are
-//! skipped. A request is written in one piece, so a write that fails means the
-//! upstream never had the whole request ([`Error::NotSent`]).
+//! The upstream is not trusted: the response parser ([`head`], [`body`])
+//! follows hyper's and pingora's rules, caps every size, refuses anything
+//! ambiguous, and is fuzzed against hyper's decoder (`fuzz/`). A request is
+//! written in one piece, so a write that fails means the upstream never had
+//! the whole request ([`Error::NotSent`]).
 
 use std::io;
-use std::ops::Range;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::BytesMut;
 use futures_util::FutureExt;
 use http::Uri;
-use hyper::body::{Frame, SizeHint};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
-/// Largest response head accepted.
-const MAX_HEAD: usize = 64 * 1024;
-/// Largest chunk-size line or trailer line accepted.
-const MAX_LINE: usize = 4 * 1024;
+mod body;
+mod head;
+
+pub use body::Body;
+pub use head::Response;
+use head::{read_head, HeadError};
+
 const READ_CHUNK: usize = 4096;
-const MAX_HEADERS: usize = 64;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -122,12 +124,39 @@ impl Client {
     /// given; `Host` and (for a body) `Content-Length` are added.
     pub async fn send(&self, method: &str, headers: &[(&str, &str)], body: &[u8]) -> Result<Response, Error> {
         let message = self.encode(method, headers, body)?;
-        let mut conn = match self.checkout() {
-            Some(conn) => conn,
-            None => Box::pin(self.connect()).await?, // boxed: the TLS handshake is large
-        };
-        conn.io.write_all(&message).await.map_err(Error::NotSent)?;
-        read_head(conn, self.shared.clone()).await
+        if let Some(conn) = self.checkout() {
+            match self.exchange(conn, method, &message).await {
+                // The upstream closed the idle connection as the request went
+                // out (pingora's `ReusedOnly`). It may still have acted on it,
+                // so only an idempotent request is sent again.
+                Err(HeadError { silent: true, .. }) if idempotent(method) => {}
+                done => return done.map_err(|e| e.error),
+            }
+        }
+        let conn = Box::pin(self.connect()).await?; // boxed: the TLS handshake is large
+        self.exchange(conn, method, &message).await.map_err(|e| e.error)
+    }
+
+    async fn exchange(&self, mut conn: Conn, method: &str, message: &[u8]) -> Result<Response, HeadError> {
+        if let Err(e) = conn.io.write_all(message).await {
+            return Err(HeadError { error: Error::NotSent(e), silent: false });
+        }
+        read_head(conn, self.shared.clone(), method).await
+    }
+
+    /// [`Client::send`] over a given in-memory stream instead of a pooled
+    /// connection (for tests and fuzzing).
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) async fn send_over(
+        &self,
+        io: Box<dyn MemStream>,
+        method: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<Response, Error> {
+        let message = self.encode(method, headers, body)?;
+        let conn = Conn { io: Io::Mem(io), buf: BytesMut::new(), idle_since: Instant::now() };
+        self.exchange(conn, method, &message).await.map_err(|e| e.error)
     }
 
     fn encode(&self, method: &str, headers: &[(&str, &str)], body: &[u8]) -> Result<Vec<u8>, Error> {
@@ -208,6 +237,11 @@ impl Shared {
     }
 }
 
+/// RFC 9110 §9.2.2: a request that can be sent twice to the same effect.
+fn idempotent(method: &str) -> bool {
+    matches!(method, "GET" | "HEAD" | "PUT" | "DELETE" | "OPTIONS" | "TRACE")
+}
+
 fn valid_value(v: &str) -> bool {
     v.bytes().all(|b| b == b'\t' || (b >= 0x20 && b != 0x7f))
 }
@@ -222,7 +256,18 @@ struct Conn {
 enum Io {
     Plain(TcpStream),
     Tls(Box<TlsStream<TcpStream>>),
+    #[cfg(any(test, feature = "fuzzing"))]
+    Mem(Box<dyn MemStream>),
 }
+
+/// Any in-memory transport, for tests and fuzzing.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) trait MemStream:
+    tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Sync + Unpin
+{
+}
+#[cfg(any(test, feature = "fuzzing"))]
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Sync + Unpin> MemStream for T {}
 
 impl Io {
     async fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
@@ -232,18 +277,26 @@ impl Io {
                 s.write_all(data).await?;
                 s.flush().await
             }
+            #[cfg(any(test, feature = "fuzzing"))]
+            Io::Mem(s) => {
+                s.write_all(data).await?;
+                s.flush().await
+            }
         }
     }
 
     /// An idle connection is usable if reading it would wait: no close, no
-    /// stray bytes. The check never blocks.
+    /// stray bytes (an unrequested response must never be taken for the
+    /// answer to the next request). The check never blocks.
     fn is_open(&mut self) -> bool {
         let mut byte = [0u8; 1];
-        let read = match self {
-            Io::Plain(s) => s.read(&mut byte).now_or_never(),
-            Io::Tls(s) => s.read(&mut byte).now_or_never(),
-        };
-        read.is_none()
+        match self {
+            Io::Plain(s) => nothing_waiting(s),
+            // Bytes may wait in the socket or, already decrypted, in rustls.
+            Io::Tls(s) => nothing_waiting(s.get_ref().0) && s.read(&mut byte).now_or_never().is_none(),
+            #[cfg(any(test, feature = "fuzzing"))]
+            Io::Mem(s) => s.read(&mut byte).now_or_never().is_none(),
+        }
     }
 
     /// Reads more bytes into `buf`, allocating it only once data is ready.
@@ -261,8 +314,21 @@ impl Io {
                 reserve(buf);
                 tokio_util::io::poll_read_buf(Pin::new(s), cx, buf)
             }
+            #[cfg(any(test, feature = "fuzzing"))]
+            Io::Mem(s) => {
+                reserve(buf);
+                tokio_util::io::poll_read_buf(Pin::new(s), cx, buf)
+            }
         }
     }
+}
+
+/// Asks the socket itself: tokio's cached readiness can lag behind bytes
+/// (or a close) that arrived while the connection sat idle, and a read of a
+/// TLS stream says nothing of them until its runtime's driver has looked.
+fn nothing_waiting(s: &TcpStream) -> bool {
+    let mut byte = [MaybeUninit::uninit()];
+    matches!(socket2::SockRef::from(s).peek(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }
 
 fn reserve(buf: &mut BytesMut) {
@@ -271,560 +337,5 @@ fn reserve(buf: &mut BytesMut) {
     }
 }
 
-/// A response head; the body is read through [`Response::body`].
-pub struct Response {
-    pub status: u16,
-    head: Bytes,
-    headers: Vec<(Range<usize>, Range<usize>)>,
-    pub body: Body,
-}
-
-impl Response {
-    /// The first value of a header, if it is valid UTF-8.
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| self.head[n.clone()].eq_ignore_ascii_case(name.as_bytes()))
-            .and_then(|(_, v)| std::str::from_utf8(&self.head[v.clone()]).ok())
-            .map(str::trim)
-    }
-}
-
-async fn read_head(mut conn: Conn, pool: Arc<Shared>) -> Result<Response, Error> {
-    loop {
-        let parsed = loop {
-            if !conn.buf.is_empty() {
-                match parse_head(&conn.buf)? {
-                    Some(p) => break p,
-                    None if conn.buf.len() >= MAX_HEAD => {
-                        return Err(Error::Invalid("response head too large"))
-                    }
-                    None => {}
-                }
-            }
-            let n = std::future::poll_fn(|cx| conn.io.poll_fill(cx, &mut conn.buf))
-                .await
-                .map_err(Error::Broken)?;
-            if n == 0 {
-                return Err(Error::Broken(io::ErrorKind::UnexpectedEof.into()));
-            }
-        };
-        let head = conn.buf.split_to(parsed.len).freeze();
-        if (100..200).contains(&parsed.status) && parsed.status != 101 {
-            continue; // interim response
-        }
-        let framing = framing(&parsed);
-        let reusable = framing != Framing::Eof && parsed.keep_alive;
-        let body = Body { conn: Some(conn), framing, reusable, pool };
-        return Ok(Response { status: parsed.status, head, headers: parsed.headers, body });
-    }
-}
-
-struct Parsed {
-    len: usize,
-    status: u16,
-    keep_alive: bool,
-    headers: Vec<(Range<usize>, Range<usize>)>,
-    length: Option<u64>,
-    chunked: Option<bool>,
-}
-
-fn parse_head(buf: &[u8]) -> Result<Option<Parsed>, Error> {
-    let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut resp = httparse::Response::new(&mut storage);
-    let len = match resp.parse(buf) {
-        Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(httparse::Error::TooManyHeaders) => return Err(Error::Invalid("too many response headers")),
-        Err(_) => return Err(Error::Invalid("malformed response head")),
-    };
-    let base = buf.as_ptr() as usize;
-    let range = |s: &[u8]| {
-        let start = s.as_ptr() as usize - base;
-        start..start + s.len()
-    };
-    let mut parsed = Parsed {
-        len,
-        status: resp.code.unwrap_or(0),
-        keep_alive: resp.version == Some(1),
-        headers: Vec::with_capacity(resp.headers.len()),
-        length: None,
-        chunked: None,
-    };
-    for h in resp.headers.iter() {
-        let name = h.name.as_bytes();
-        if name.eq_ignore_ascii_case(b"content-length") {
-            let n = std::str::from_utf8(h.value)
-                .ok()
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .ok_or(Error::Invalid("bad content-length"))?;
-            if parsed.length.is_some_and(|l| l != n) {
-                return Err(Error::Invalid("conflicting content-length"));
-            }
-            parsed.length = Some(n);
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            let last = h.value.rsplit(|&b| b == b',').next().unwrap_or_default();
-            parsed.chunked = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
-        } else if name.eq_ignore_ascii_case(b"connection") {
-            for token in h.value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
-                if token.eq_ignore_ascii_case(b"close") {
-                    parsed.keep_alive = false;
-                } else if token.eq_ignore_ascii_case(b"keep-alive") && resp.version == Some(0) {
-                    parsed.keep_alive = true;
-                }
-            }
-        }
-        parsed.headers.push((range(name), range(h.value)));
-    }
-    Ok(Some(parsed))
-}
-
-fn framing(p: &Parsed) -> Framing {
-    if p.status == 204 || p.status == 304 {
-        return Framing::Length(0);
-    }
-    match (p.chunked, p.length) {
-        (Some(true), _) => Framing::Chunked(Chunk::Size),
-        (Some(false), _) => Framing::Eof,
-        (None, Some(n)) => Framing::Length(n),
-        (None, None) => Framing::Eof,
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Framing {
-    Length(u64),
-    Chunked(Chunk),
-    /// Until the upstream closes the connection.
-    Eof,
-    Done,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Chunk {
-    /// Expecting a chunk-size line.
-    Size,
-    Data(u64),
-    /// Expecting the CRLF after a chunk's data.
-    DataEnd,
-    /// After the last chunk: trailer lines until an empty one.
-    Trailer,
-}
-
-/// A response body, streamed as it arrives. Dropping it before the end
-/// closes the connection; reading it to the end returns the connection to the
-/// pool when the response allows.
-pub struct Body {
-    conn: Option<Conn>,
-    framing: Framing,
-    reusable: bool,
-    pool: Arc<Shared>,
-}
-
-fn invalid(what: &'static str) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, what)
-}
-
-impl Body {
-    /// The next piece of body data, `None` at the end.
-    fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Bytes>>> {
-        loop {
-            let Some(conn) = self.conn.as_mut() else {
-                return Poll::Ready(None);
-            };
-            let step = match self.framing {
-                Framing::Done => Step::Finished,
-                Framing::Length(0) => {
-                    self.framing = Framing::Done;
-                    continue;
-                }
-                Framing::Length(n) if !conn.buf.is_empty() => {
-                    let take = conn.buf.len().min(usize::try_from(n).unwrap_or(usize::MAX));
-                    self.framing = Framing::Length(n - take as u64);
-                    Step::Data(conn.buf.split_to(take).freeze())
-                }
-                Framing::Eof if !conn.buf.is_empty() => Step::Data(conn.buf.split().freeze()),
-                Framing::Chunked(state) => match chunk_step(state, &mut conn.buf) {
-                    Ok((next, data)) => {
-                        self.framing = next.map_or(Framing::Done, Framing::Chunked);
-                        match data {
-                            Some(d) => Step::Data(d),
-                            None if next.is_none() || next != Some(state) => continue,
-                            None => Step::Fill,
-                        }
-                    }
-                    Err(e) => return Poll::Ready(Some(Err(e))),
-                },
-                Framing::Length(_) | Framing::Eof => Step::Fill,
-            };
-            match step {
-                Step::Data(d) => {
-                    if self.framing == Framing::Done || self.framing == Framing::Length(0) {
-                        self.framing = Framing::Done;
-                        self.finish();
-                    }
-                    return Poll::Ready(Some(Ok(d)));
-                }
-                Step::Finished => {
-                    self.finish();
-                    return Poll::Ready(None);
-                }
-                Step::Fill => {
-                    let filled = conn.io.poll_fill(cx, &mut conn.buf);
-                    match filled {
-                        Poll::Pending => {
-                            if conn.buf.is_empty() {
-                                conn.buf = BytesMut::new(); // hold no buffer while waiting
-                            }
-                            return Poll::Pending;
-                        }
-                        Poll::Ready(Ok(0)) if self.framing == Framing::Eof => {
-                            self.framing = Framing::Done;
-                            self.conn = None;
-                            return Poll::Ready(None);
-                        }
-                        Poll::Ready(Ok(0)) => {
-                            self.conn = None;
-                            return Poll::Ready(Some(Err(io::ErrorKind::UnexpectedEof.into())));
-                        }
-                        Poll::Ready(Ok(_)) => {}
-                        Poll::Ready(Err(e)) => {
-                            self.conn = None;
-                            return Poll::Ready(Some(Err(e)));
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// The response ended: keep the connection if it is clean and reusable.
-    fn finish(&mut self) {
-        if let Some(conn) = self.conn.take() {
-            if self.reusable && conn.buf.is_empty() {
-                self.pool.checkin(conn);
-            }
-        }
-    }
-}
-
-enum Step {
-    Data(Bytes),
-    Fill,
-    Finished,
-}
-
-/// Advances the chunked decoder over `buf`. Returns the next state (`None`
-/// when the body is complete) and any data; the same state and no data means
-/// more bytes are needed.
-fn chunk_step(state: Chunk, buf: &mut BytesMut) -> io::Result<(Option<Chunk>, Option<Bytes>)> {
-    match state {
-        Chunk::Size => {
-            let Some(line) = take_line(buf)? else { return Ok((Some(state), None)) };
-            let size = line[..].split(|&b| b == b';').next().unwrap_or_default().trim_ascii();
-            let size = std::str::from_utf8(size)
-                .ok()
-                .filter(|s| !s.is_empty() && s.len() <= 16)
-                .and_then(|s| u64::from_str_radix(s, 16).ok())
-                .ok_or_else(|| invalid("bad chunk size"))?;
-            Ok((Some(if size == 0 { Chunk::Trailer } else { Chunk::Data(size) }), None))
-        }
-        Chunk::Data(n) => {
-            if buf.is_empty() {
-                return Ok((Some(state), None));
-            }
-            let take = buf.len().min(usize::try_from(n).unwrap_or(usize::MAX));
-            let data = buf.split_to(take).freeze();
-            let left = n - take as u64;
-            Ok((Some(if left == 0 { Chunk::DataEnd } else { Chunk::Data(left) }), Some(data)))
-        }
-        Chunk::DataEnd => {
-            if buf.len() < 2 {
-                return Ok((Some(state), None));
-            }
-            if &buf[..2] != b"\r\n" {
-                return Err(invalid("chunk data not followed by CRLF"));
-            }
-            buf.advance(2);
-            Ok((Some(Chunk::Size), None))
-        }
-        Chunk::Trailer => match take_line(buf)? {
-            None => Ok((Some(state), None)),
-            Some(line) if line.is_empty() => Ok((None, None)),
-            Some(_) => Ok((Some(Chunk::Trailer), None)), // trailers are ignored
-        },
-    }
-}
-
-/// One CRLF-terminated line, without the CRLF.
-fn take_line(buf: &mut BytesMut) -> io::Result<Option<BytesMut>> {
-    match buf.iter().position(|&b| b == b'\n') {
-        Some(i) => {
-            let mut line = buf.split_to(i + 1);
-            line.truncate(i);
-            if line.last() == Some(&b'\r') {
-                line.truncate(i - 1);
-            }
-            Ok(Some(line))
-        }
-        None if buf.len() > MAX_LINE => Err(invalid("chunk line too long")),
-        None => Ok(None),
-    }
-}
-
-impl hyper::body::Body for Body {
-    type Data = Bytes;
-    type Error = io::Error;
-
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<io::Result<Frame<Bytes>>>> {
-        self.get_mut().poll_data(cx).map(|d| d.map(|r| r.map(Frame::data)))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.conn.is_none() || self.framing == Framing::Done
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self.framing {
-            Framing::Length(n) => SizeHint::with_exact(n),
-            Framing::Done => SizeHint::with_exact(0),
-            _ => SizeHint::default(),
-        }
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use http_body_util::BodyExt;
-    use tokio::net::TcpListener;
-
-    fn client(addr: std::net::SocketAddr) -> Client {
-        let tls = Arc::new(super::super::transport::rustls_config());
-        let settings = Settings {
-            connect_timeout: Duration::from_secs(2),
-            idle_timeout: Duration::from_secs(30),
-            max_idle: 4,
-        };
-        Client::new(&format!("http://user:pw@{addr}/mcp?x=1").parse().unwrap(), tls, settings).unwrap()
-    }
-
-    /// A server that answers each connection's requests with the given raw
-    /// responses in turn (one per request, written in the given pieces), then
-    /// closes the connection. Returns the address and the requests it read.
-    async fn server(conns: Vec<Vec<Vec<&'static [u8]>>>) -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let log = seen.clone();
-        tokio::spawn(async move {
-            for responses in conns {
-                let (mut s, _) = listener.accept().await.unwrap();
-                for pieces in responses {
-                    let mut req = Vec::new();
-                    let mut b = [0u8; 4096];
-                    while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-                        let n = s.read(&mut b).await.unwrap();
-                        if n == 0 {
-                            return;
-                        }
-                        req.extend_from_slice(&b[..n]);
-                    }
-                    log.lock().unwrap().push(String::from_utf8_lossy(&req).into_owned());
-                    for p in pieces {
-                        s.write_all(p).await.unwrap();
-                        s.flush().await.unwrap();
-                        tokio::time::sleep(Duration::from_millis(30)).await;
-                    }
-                }
-            }
-        });
-        (addr, seen)
-    }
-
-    async fn body_of(resp: Response) -> io::Result<Bytes> {
-        Ok(resp.body.collect().await?.to_bytes())
-    }
-
-    #[tokio::test]
-    async fn content_length_response_and_connection_reuse() {
-        let ok = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\ncontent-length: 7\r\nMcp-Session-Id: s1\r\n\r\n{\"a\":1}";
-        let (addr, seen) = server(vec![vec![vec![ok], vec![ok]]]).await;
-        let c = client(addr);
-        for _ in 0..2 {
-            let r = c.send("POST", &[("accept", "application/json")], b"{}").await.unwrap();
-            assert_eq!(r.status, 200);
-            assert_eq!(r.header("mcp-session-id"), Some("s1"));
-            assert_eq!(r.header("CONTENT-TYPE"), Some("application/json"));
-            assert_eq!(body_of(r).await.unwrap(), "{\"a\":1}");
-            assert_eq!(c.idle(), 1, "the connection went back to the pool");
-        }
-        let seen = seen.lock().unwrap();
-        assert_eq!(seen.len(), 2, "both requests on one connection");
-        assert!(seen[0].starts_with("POST /mcp?x=1 HTTP/1.1\r\nhost: 127.0.0.1:"), "{}", seen[0]);
-        assert!(seen[0].contains("accept: application/json\r\ncontent-length: 2\r\n\r\n"), "{}", seen[0]);
-    }
-
-    #[tokio::test]
-    async fn chunked_body_split_anywhere_with_extensions_and_trailers() {
-        let pieces: Vec<&'static [u8]> = vec![
-            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
-            b"5;ext=1\r\nhel",
-            b"lo\r",
-            b"\n6\r\n world\r\n0\r",
-            b"\nX-Trailer: 1\r\n",
-            b"\r\n",
-        ];
-        let again: Vec<&'static [u8]> = vec![b"HTTP/1.1 204 No Content\r\n\r\n"];
-        let (addr, seen) = server(vec![vec![pieces, again]]).await;
-        let c = client(addr);
-        let r = c.send("GET", &[], b"").await.unwrap();
-        assert_eq!(r.status, 200);
-        assert_eq!(body_of(r).await.unwrap(), "hello world");
-        let r = c.send("DELETE", &[], b"").await.unwrap();
-        assert_eq!(r.status, 204);
-        assert_eq!(body_of(r).await.unwrap(), "");
-        assert_eq!(seen.lock().unwrap().len(), 2, "reused after a chunked body");
-        assert!(!seen.lock().unwrap()[0].contains("content-length"), "no length on a bodiless GET");
-    }
-
-    #[tokio::test]
-    async fn close_delimited_and_connection_close_are_not_reused() {
-        let eof: Vec<&'static [u8]> = vec![b"HTTP/1.1 200 OK\r\n\r\nuntil", b" the end"];
-        let close: Vec<&'static [u8]> =
-            vec![b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok"];
-        let (addr, seen) = server(vec![vec![eof], vec![close], vec![]]).await;
-        let c = client(addr);
-        let r = c.send("POST", &[], b"x").await.unwrap();
-        assert_eq!(body_of(r).await.unwrap(), "until the end");
-        assert_eq!(c.idle(), 0);
-        let r = c.send("POST", &[], b"x").await.unwrap();
-        assert_eq!(body_of(r).await.unwrap(), "ok");
-        assert_eq!(c.idle(), 0, "Connection: close is honoured");
-        assert_eq!(seen.lock().unwrap().len(), 2);
-    }
-
-    #[tokio::test]
-    async fn an_idle_connection_the_server_closed_is_not_used() {
-        let ok: Vec<&'static [u8]> = vec![b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n1"];
-        let ok2: Vec<&'static [u8]> = vec![b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n2"];
-        // The first connection serves one request and closes.
-        let (addr, seen) = server(vec![vec![ok], vec![ok2]]).await;
-        let c = client(addr);
-        assert_eq!(body_of(c.send("POST", &[], b"x").await.unwrap()).await.unwrap(), "1");
-        assert_eq!(c.idle(), 1);
-        tokio::time::sleep(Duration::from_millis(50)).await; // the close arrives
-        assert_eq!(body_of(c.send("POST", &[], b"x").await.unwrap()).await.unwrap(), "2");
-        assert_eq!(seen.lock().unwrap().len(), 2);
-    }
-
-    #[tokio::test]
-    async fn broken_responses_are_errors() {
-        let cases: Vec<(Vec<&'static [u8]>, &str)> = vec![
-            (vec![b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort"], "truncated"),
-            (vec![b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"], "bad chunk size"),
-            (vec![b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabXY"], "missing CRLF"),
-        ];
-        for (pieces, what) in cases {
-            let (addr, _) = server(vec![vec![pieces]]).await;
-            let c = client(addr);
-            let r = c.send("POST", &[], b"x").await.unwrap();
-            assert!(body_of(r).await.is_err(), "{what}");
-            assert_eq!(c.idle(), 0, "{what}");
-        }
-        let (addr, _) = server(vec![vec![vec![b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n"]]]).await;
-        assert!(matches!(client(addr).send("POST", &[], b"x").await, Err(Error::Invalid(_))));
-        let (addr, _) = server(vec![vec![vec![b"HTTP/1.1 200 O"]]]).await;
-        assert!(matches!(client(addr).send("POST", &[], b"x").await, Err(Error::Broken(_))));
-    }
-
-    #[tokio::test]
-    async fn nothing_listening_is_not_sent_and_bad_headers_are_refused() {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap();
-        drop(l);
-        assert!(matches!(client(addr).send("POST", &[], b"x").await, Err(Error::NotSent(_))));
-        let injected = client(addr).send("POST", &[("last-event-id", "1\r\nx: y")], b"x").await;
-        assert!(matches!(injected, Err(Error::Request(_))));
-    }
-
-    #[tokio::test]
-    async fn a_waiting_body_holds_no_buffer() {
-        let pieces: Vec<&'static [u8]> = vec![
-            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n",
-            b"4\r\nlast\r\n0\r\n\r\n",
-        ];
-        let (addr, _) = server(vec![vec![pieces]]).await;
-        let mut r = client(addr).send("POST", &[], b"x").await.unwrap();
-        let first = r.body.frame().await.unwrap().unwrap().into_data().unwrap();
-        assert_eq!(first, "first");
-        let mut waited = false;
-        loop {
-            match r.body.frame().now_or_never() {
-                None => {
-                    waited = true;
-                    assert_eq!(r.body.conn.as_ref().unwrap().buf.capacity(), 0, "no buffer while waiting");
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-                Some(Some(f)) => {
-                    assert_eq!(f.unwrap().into_data().unwrap(), "last");
-                    break;
-                }
-                Some(None) => panic!("ended early"),
-            }
-        }
-        assert!(waited, "the second piece comes later");
-    }
-
-    #[tokio::test]
-    async fn connections_idle_past_the_timeout_are_not_reused() {
-        // A server that keeps every connection open and answers every request.
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let count = accepted.clone();
-        tokio::spawn(async move {
-            loop {
-                let (mut s, _) = listener.accept().await.unwrap();
-                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                tokio::spawn(async move {
-                    let mut b = [0u8; 4096];
-                    while s.read(&mut b).await.is_ok_and(|n| n > 0) {
-                        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx").await;
-                    }
-                });
-            }
-        });
-        let settings = Settings {
-            connect_timeout: Duration::from_secs(2),
-            idle_timeout: Duration::from_millis(100),
-            max_idle: 4,
-        };
-        let tls = Arc::new(super::super::transport::rustls_config());
-        let c = Client::new(&format!("http://{addr}/").parse().unwrap(), tls, settings).unwrap();
-        for _ in 0..2 {
-            body_of(c.send("POST", &[], b"x").await.unwrap()).await.unwrap();
-        }
-        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1, "reused while fresh");
-        tokio::time::sleep(Duration::from_millis(150)).await;
-        body_of(c.send("POST", &[], b"x").await.unwrap()).await.unwrap();
-        assert_eq!(
-            accepted.load(std::sync::atomic::Ordering::SeqCst),
-            2,
-            "a new connection after the idle timeout"
-        );
-        assert_eq!(c.idle(), 1, "the expired one is gone, the new one is kept");
-    }
-
-    #[test]
-    fn chunk_decoder_steps() {
-        let mut buf = BytesMut::from(&b"3\r\nabc\r\n"[..]);
-        let (s, d) = chunk_step(Chunk::Size, &mut buf).unwrap();
-        assert_eq!((s, d), (Some(Chunk::Data(3)), None));
-        let (s, d) = chunk_step(Chunk::Data(3), &mut buf).unwrap();
-        assert_eq!((s, d.as_deref()), (Some(Chunk::DataEnd), Some(&b"abc"[..])));
-        let (s, _) = chunk_step(Chunk::DataEnd, &mut buf).unwrap();
-        assert_eq!(s, Some(Chunk::Size));
-        assert!(buf.is_empty());
-    }
-}
+mod tests;

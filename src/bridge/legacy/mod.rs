@@ -4,6 +4,8 @@ mod call;
 mod cursor;
 mod event_limit;
 mod flow;
+#[cfg(feature = "fuzzing")]
+pub(crate) mod fuzzing;
 mod h1;
 mod listen;
 mod mrtr;
