@@ -31,23 +31,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
-port_from_log() {
-    for _ in $(seq 100); do
-        if grep -qE "$2" "$1" 2>/dev/null; then
-            grep -oE "$2" "$1" | head -1 | grep -oE '[0-9]+$'
-            return 0
-        fi
-        sleep 0.1
-    done
-    cat "$1" >&2
-    return 1
-}
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
 
 "$B_BIN" demo-upstream --listen 127.0.0.1:0 2>"$OUT/upstream.log" &
 PIDS+=($!)
 UP=$(port_from_log "$OUT/upstream.log" 'on http://127\.0\.0\.1:[0-9]+')
 
-start() { # $1 label, $2 binary → prints the port
+start() { # $1 label, $2 binary → PORT (not in a subshell: its exit trap would stop the gateway)
     cat >"$OUT/$1.toml" <<EOF
 [server]
 listen = "127.0.0.1:0"
@@ -62,10 +53,12 @@ upstream = "demo"
 EOF
     "$2" --config "$OUT/$1.toml" 2>"$OUT/$1.log" &
     PIDS+=($!)
-    port_from_log "$OUT/$1.log" 'listening on http://127\.0\.0\.1:[0-9]+'
+    PORT=$(port_from_log "$OUT/$1.log" 'listening on http://127\.0\.0\.1:[0-9]+')
 }
-A_PORT=$(start a "$A_BIN")
-B_PORT=$(start b "$B_BIN")
+start a "$A_BIN"
+A_PORT=$PORT
+start b "$B_BIN"
+B_PORT=$PORT
 echo "upstream :$UP, A :$A_PORT ($A_BIN), B :$B_PORT ($B_BIN); reps=$REPS duration=${DURATION}s" >&2
 
 for rep in $(seq "$REPS"); do

@@ -44,17 +44,8 @@ fi
 BIN=$TARGET_DIR/release/sessionless
 LOADGEN=$TARGET_DIR/release/examples/loadgen
 
-port_from_log() {
-    for _ in $(seq 600); do
-        if grep -qE "$2" "$1" 2>/dev/null; then
-            grep -oE "$2" "$1" | head -1 | grep -oE '[0-9]+$'
-            return 0
-        fi
-        sleep 0.1
-    done
-    cat "$1" >&2
-    return 1
-}
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
 
 "$BIN" demo-upstream --listen 127.0.0.1:0 2>"$OUT/upstream.log" &
 PIDS+=($!)

@@ -108,20 +108,8 @@ LOADGEN=$TARGET_DIR/release/examples/loadgen
 } >"$OUT/machine.txt"
 
 # --- servers ---------------------------------------------------------------
-# Waits for "PREFIX http://127.0.0.1:PORT" in a log; prints PORT.
-port_from_log() {
-    local file=$1 pattern=$2
-    for _ in $(seq 100); do
-        if grep -qE "$pattern" "$file" 2>/dev/null; then
-            grep -oE "$pattern" "$file" | head -1 | grep -oE '[0-9]+$'
-            return 0
-        fi
-        sleep 0.1
-    done
-    echo "no port in $file:" >&2
-    cat "$file" >&2
-    return 1
-}
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
 
 start_upstream() {
     "$BIN" demo-upstream --listen 127.0.0.1:0 2>"$OUT/upstream.log" &

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 struct Gateway {
     child: Child,
     port: u16,
-    _dir: TempDir,
+    _dir: Option<TempDir>,
 }
 
 impl Drop for Gateway {
@@ -61,7 +61,7 @@ impl Gateway {
         };
         // Keep draining its log so that it never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines.by_ref() {});
-        Gateway { child, port, _dir: TempDir(dir) }
+        Gateway { child, port, _dir: Some(TempDir(dir)) }
     }
 
     fn rss_mib(&self) -> u64 {
@@ -77,6 +77,27 @@ impl Gateway {
     fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
+}
+
+/// Starts the binary with `args`; returns it and the port it logs after `marker`.
+fn spawn(args: &[&str], marker: &str) -> (Child, u16) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sessionless"))
+        .args(args)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the gateway binary starts");
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let port = loop {
+        let line = lines.next().expect("the binary logs its address").unwrap();
+        if let Some(at) = line.find(marker) {
+            let rest = &line[at + marker.len()..];
+            break rest.chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap();
+        }
+    };
+    // Keep draining its log so that it never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines.by_ref() {});
+    (child, port)
 }
 
 fn rand_suffix() -> u64 {
@@ -170,4 +191,62 @@ async fn connections_over_the_cap_wait_unserved_and_cost_nothing() {
         100,
         "the hundred waiting are served once the first leave"
     );
+}
+
+#[tokio::test]
+async fn unique_capability_objects_cost_neither_memory_nor_sessions() {
+    use http_body_util::{BodyExt, Full};
+    let up = Gateway::demo_upstream();
+    let gw = Gateway::in_front_of(&format!("http://127.0.0.1:{}/mcp", up.port), "");
+    let tcp = TcpStream::connect(gw.addr()).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp)).await.unwrap();
+    tokio::spawn(conn);
+    let padding = "x".repeat(100_000);
+    let mut call = |i: usize| {
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": i, "method": "server/discover", "params": {"_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities":
+                {"sampling": {format!("k{i}"): {"padding": padding}}, "experimental": {"n": i}}}}});
+        let req = http::Request::post("/mcp")
+            .header("host", "127.0.0.1")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "server/discover")
+            .body(Full::new(bytes::Bytes::from(body.to_string())))
+            .unwrap();
+        send.send_request(req)
+    };
+    let warm = call(0).await.unwrap();
+    assert_eq!(warm.status(), 200);
+    let _ = warm.into_body().collect().await;
+    let before = gw.rss_mib();
+    for i in 1..=500 {
+        let resp = call(i).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        let _ = resp.into_body().collect().await;
+    }
+    let after = gw.rss_mib();
+    // 500 distinct 100 KB capability objects: kept, they would be 50 MB and
+    // more; reduced to their fingerprint, they are one key.
+    assert!(after.saturating_sub(before) < 25, "RSS {before} → {after} MiB");
+    let metrics = get_text(&gw.addr(), "/metrics").await;
+    let initialized: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("sessionless_upstream_sessions_initialized_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(initialized, 1.0, "one upstream session for one fingerprint");
+}
+
+/// A GET over a fresh connection, the whole body as text.
+async fn get_text(addr: &str, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.unwrap();
+    String::from_utf8_lossy(&out).into_owned()
 }
