@@ -34,6 +34,8 @@ pub enum Ended {
     HeaderTimeout,
     /// No request in flight for `client_idle_timeout`.
     Idle,
+    /// An answer the client stopped reading (a zero h2 window, a full socket).
+    Stalled,
 }
 
 impl Ended {
@@ -41,6 +43,7 @@ impl Ended {
         match self {
             Ended::HeaderTimeout => "header_timeout",
             Ended::Idle => "idle",
+            Ended::Stalled => "stalled",
         }
     }
 }
@@ -50,6 +53,11 @@ pub struct Watch {
     epoch: Instant,
     /// Requests whose answer is not finished.
     busy: AtomicU32,
+    /// Answers handed to the connection and not finished.
+    answering: AtomicU32,
+    /// Milliseconds since `epoch` when an answer was last polled by the
+    /// connection (it polls only when the client can take more).
+    answer_polled: AtomicU64,
     /// Milliseconds since `epoch` when the connection last became idle.
     idle_since: AtomicU64,
     /// Milliseconds since `epoch` (plus one) when the first byte of a new
@@ -65,6 +73,8 @@ impl Watch {
         Arc::new(Watch {
             epoch: Instant::now(),
             busy: AtomicU32::new(0),
+            answering: AtomicU32::new(0),
+            answer_polled: AtomicU64::new(0),
             idle_since: AtomicU64::new(0),
             head_started: AtomicU64::new(0),
             h2: AtomicBool::new(false),
@@ -78,7 +88,9 @@ impl Watch {
 
     /// Bytes arrived on the socket.
     fn on_read(&self, data: &[u8]) {
-        if self.first_read.swap(false, Ordering::Relaxed) && data.starts_with(b"PRI * HTTP/2.0") {
+        // The h2 preface starts with "PRI"; a first read too short to tell
+        // leaves the decision to the next one.
+        if data.len() >= 3 && self.first_read.swap(false, Ordering::Relaxed) && data.starts_with(b"PRI") {
             self.h2.store(true, Ordering::Relaxed);
         }
         if self.busy.load(Ordering::Acquire) == 0
@@ -99,10 +111,14 @@ impl Watch {
     /// When the connection should be ended if nothing changes, and why;
     /// `None` while a request is in flight.
     fn deadline(&self, limits: &ConnLimits) -> Option<(Instant, Ended)> {
+        let at = |ms: u64, after: Duration| self.epoch + Duration::from_millis(ms) + after;
+        if self.answering.load(Ordering::Acquire) > 0 {
+            let polled = self.answer_polled.load(Ordering::Relaxed);
+            return Some((at(polled, limits.answer_stall_timeout), Ended::Stalled));
+        }
         if self.busy.load(Ordering::Acquire) > 0 {
             return None;
         }
-        let at = |ms: u64, after: Duration| self.epoch + Duration::from_millis(ms) + after;
         let idle = (at(self.idle_since.load(Ordering::Relaxed), limits.client_idle_timeout), Ended::Idle);
         match self.head_started.load(Ordering::Relaxed) {
             0 => Some(idle),
@@ -138,7 +154,8 @@ pub struct Busy(Arc<Watch>);
 impl Drop for Busy {
     fn drop(&mut self) {
         let w = &self.0;
-        w.idle_since.store(w.now_ms(), Ordering::Relaxed);
+        // The latest end wins when requests of one h2 connection end on two threads.
+        w.idle_since.fetch_max(w.now_ms(), Ordering::Relaxed);
         w.busy.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -198,7 +215,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
     }
 }
 
-/// An answer body that keeps its request counted as in flight until it ends.
+/// An answer body that keeps its request counted as in flight until it
+/// ends, and tells the watch each time the connection polls it.
 pub struct Tracked {
     inner: Body,
     busy: Option<Busy>,
@@ -206,7 +224,22 @@ pub struct Tracked {
 
 impl Tracked {
     pub fn new(inner: Body, busy: Busy) -> Tracked {
+        let w = &busy.0;
+        w.answer_polled.fetch_max(w.now_ms(), Ordering::Relaxed);
+        w.answering.fetch_add(1, Ordering::AcqRel);
         Tracked { inner, busy: Some(busy) }
+    }
+
+    fn end(&mut self) {
+        if let Some(busy) = self.busy.take() {
+            busy.0.answering.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.end();
     }
 }
 
@@ -218,9 +251,12 @@ impl hyper::body::Body for Tracked {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(busy) = &self.busy {
+            busy.0.answer_polled.fetch_max(busy.0.now_ms(), Ordering::Relaxed);
+        }
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
         if let Poll::Ready(None) = polled {
-            self.busy = None;
+            self.end();
         }
         polled
     }
@@ -259,6 +295,7 @@ mod tests {
             body_timeout: Duration::from_secs(30),
             body_idle_timeout: Duration::from_secs(10),
             client_idle_timeout: Duration::from_secs(60),
+            answer_stall_timeout: Duration::from_secs(60),
             max_connections: 10,
             max_header_bytes: 64 * 1024,
             h2_max_concurrent_streams: 100,
@@ -301,6 +338,29 @@ mod tests {
         assert_eq!(overstayed.await.unwrap(), Ended::Idle);
         let waited = ended_at.elapsed();
         assert!(waited >= Duration::from_secs(60) && waited <= Duration::from_secs(70), "{waited:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_the_client_stops_reading_ends_the_connection() {
+        let w = Watch::new();
+        // An SSE answer with nothing more to say yet.
+        let never = futures_util::stream::pending::<Result<Frame<Bytes>, BoxError>>();
+        let mut answer =
+            Tracked::new(http_body_util::BodyExt::boxed(http_body_util::StreamBody::new(never)), w.begin());
+        let watch = w.clone();
+        let overstayed = tokio::spawn(async move { watch.overstayed(&limits()).await });
+        // Polled every 30 s (a reading client): never cut.
+        for _ in 0..10 {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            assert!(!overstayed.is_finished());
+            let waker = futures_util::task::noop_waker();
+            let _ = hyper::body::Body::poll_frame(Pin::new(&mut answer), &mut Context::from_waker(&waker));
+        }
+        // Then never polled again: cut after the stall timeout.
+        let stopped = Instant::now();
+        assert_eq!(overstayed.await.unwrap(), Ended::Stalled);
+        let waited = stopped.elapsed();
+        assert!(waited >= Duration::from_secs(59) && waited <= Duration::from_secs(80), "{waited:?}");
     }
 
     #[tokio::test(start_paused = true)]

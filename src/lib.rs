@@ -2,6 +2,7 @@
 //! legacy, session-based MCP servers. See ARCHITECTURE.md for the request path.
 #![forbid(unsafe_code)]
 
+pub mod body;
 pub mod bridge;
 pub mod cluster;
 pub mod config;

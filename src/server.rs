@@ -9,7 +9,6 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use prometheus_client::registry::Registry;
@@ -35,8 +34,10 @@ pub struct Gateway {
     registry: Registry,
     draining: AtomicBool,
     limit: Arc<tokio::sync::Semaphore>,
-    /// Request body bytes all requests may hold at once, in KiB.
-    body_budget: Arc<tokio::sync::Semaphore>,
+    /// The internal listener's own concurrency permits (cluster mode).
+    internal_limit: Arc<tokio::sync::Semaphore>,
+    /// Request body bytes all requests may hold at once.
+    body_budget: Arc<crate::body::Budget>,
     /// Cluster mode: the internal listener's signature and replay checks.
     gate: Option<cluster::Gate>,
 }
@@ -51,9 +52,8 @@ impl Gateway {
         Gateway {
             gate,
             limit: Arc::new(tokio::sync::Semaphore::new(config.limits.max_concurrent_requests)),
-            body_budget: Arc::new(tokio::sync::Semaphore::new(
-                config.limits.max_buffered_body_bytes.div_ceil(1024),
-            )),
+            internal_limit: Arc::new(tokio::sync::Semaphore::new(config.limits.max_concurrent_requests)),
+            body_budget: crate::body::Budget::new(config.limits.max_buffered_body_bytes),
             config: Arc::new(config),
             legacy,
             metrics,
@@ -147,7 +147,7 @@ impl Gateway {
         // Taken before the body is read: a body in memory holds a permit
         // and its share of the body budget, each for at most the body timeout.
         let Ok(permit) = self.limit.clone().try_acquire_owned() else {
-            let id = ready_id(body);
+            let id = crate::body::ready_id(body);
             return self.reject(&route, id.as_ref(), &Error::Overloaded, started);
         };
         let (body, admission) = match self.read_body(body, permit).await {
@@ -164,6 +164,19 @@ impl Gateway {
         self.dispatch(route, caller, admission, started).await
     }
 
+    /// Reads the body under its limits; the call permit and the body's share
+    /// of the budget become the request's admission.
+    async fn read_body(
+        &self,
+        body: Incoming,
+        call: OwnedSemaphorePermit,
+    ) -> Result<(Bytes, Admission), Error> {
+        let max = self.config.limits.max_body_bytes;
+        let (bytes, share) =
+            crate::body::read(body, max, &self.config.connections, &self.body_budget).await?;
+        Ok((bytes, Admission { _call: call, _body: Some(share) }))
+    }
+
     /// The internal listener (cluster mode): a retry forwarded by another
     /// replica, signed, with the caller's principal, to be answered as if
     /// received here. Only the retry of a call paused on this replica gets
@@ -173,12 +186,15 @@ impl Gateway {
         let Some(gate) = &self.gate else {
             return Ok(cluster::refusal(StatusCode::NOT_FOUND));
         };
-        // Before the body is read, as on the public listener.
-        let Ok(permit) = self.limit.clone().try_acquire_owned() else {
-            let overloaded = error_body(None, &Error::Overloaded, SUPPORTED_VERSIONS);
+        let (parts, body) = req.into_parts();
+        // Before the body is read, as on the public listener, but from
+        // permits of its own: whoever reaches this port cannot spend the
+        // clients' permits before its signature is checked.
+        let Ok(permit) = self.internal_limit.clone().try_acquire_owned() else {
+            let id = crate::body::ready_id(body);
+            let overloaded = error_body(id.as_ref(), &Error::Overloaded, SUPPORTED_VERSIONS);
             return Ok(reply::json_response(Error::Overloaded.status(), &overloaded));
         };
-        let (parts, body) = req.into_parts();
         let head = match gate.head(&parts) {
             Ok(head) => head,
             Err(why) => return Ok(gate.refuse(why)),
@@ -234,9 +250,18 @@ impl Gateway {
         admission: Admission,
         started: Instant,
     ) -> Response<Body> {
+        let retry = call.params.contains_key("requestState");
         // Draining: retries of paused calls are still served, new calls go elsewhere.
-        if self.draining.load(Ordering::SeqCst) && !call.params.contains_key("requestState") {
+        if self.draining.load(Ordering::SeqCst) && !retry {
             return self.reject(&route, Some(&call.id), &Error::Overloaded, started);
+        }
+        let (mut caller, mut admission) = (caller, admission);
+        if !retry {
+            // Only a retry may be forwarded with its body: any other call
+            // gives its bytes and its share back now, not when it ends (a
+            // listen stream may last hours).
+            caller.body = Bytes::new();
+            admission._body = None;
         }
         let (reply, answer) = Reply::new(crate::guard::accepts_sse(&caller.headers));
         let method = call.method.as_str();
@@ -268,100 +293,12 @@ impl Gateway {
     }
 }
 
-/// What a call holds while it runs: its concurrency permit and its body's
-/// share of the body budget.
+/// What a call holds while it runs: its concurrency permit and, for a retry
+/// that may be forwarded with its body, the body's share of the body budget.
 struct Admission {
     _call: OwnedSemaphorePermit,
-    _body: Option<OwnedSemaphorePermit>,
+    _body: Option<crate::body::Share>,
 }
-
-impl Gateway {
-    /// Reads a request body under the size limit, the whole-body and idle-gap
-    /// timeouts, and the budget of body bytes all requests may hold at once
-    /// (one permit per KiB; 503 when it is spent). A body that arrived with
-    /// its head costs no timer.
-    async fn read_body(
-        &self,
-        body: Incoming,
-        call: OwnedSemaphorePermit,
-    ) -> Result<(Bytes, Admission), Error> {
-        let (max, limits) = (self.config.limits.max_body_bytes, &self.config.connections);
-        let deadline = tokio::time::Instant::now() + limits.body_timeout;
-        // A declared length takes its whole share up front (refused before a
-        // byte is read) and sizes the buffer once.
-        let declared = hyper::body::Body::size_hint(&body).exact().map(|n| n as usize);
-        if declared.is_some_and(|n| n > max) {
-            return Err(Error::PayloadTooLarge(max));
-        }
-        let mut held = match declared {
-            Some(n) if n > 0 => Some(self.body_share(n)?),
-            _ => None,
-        };
-        let mut body = Limited::new(body, max);
-        let mut first: Option<Bytes> = None;
-        let mut joined = bytes::BytesMut::new();
-        loop {
-            let gap = (tokio::time::Instant::now() + limits.body_idle_timeout).min(deadline);
-            let frame = match tokio::time::timeout_at(gap, body.frame()).await {
-                Err(_) => return Err(Error::BodyTimeout),
-                Ok(None) => break,
-                Ok(Some(Ok(frame))) => frame,
-                Ok(Some(Err(e))) if e.is::<http_body_util::LengthLimitError>() => {
-                    return Err(Error::PayloadTooLarge(max))
-                }
-                Ok(Some(Err(_))) => return Err(Error::InvalidRequest("could not read the body".into())),
-            };
-            let Ok(data) = frame.into_data() else { continue };
-            if declared.is_none() {
-                let share = self.body_share(data.len())?;
-                match held.as_mut() {
-                    Some(h) => h.merge(share),
-                    None => held = Some(share),
-                }
-            }
-            if first.is_none() && joined.is_empty() {
-                first = Some(data);
-            } else {
-                if let Some(f) = first.take() {
-                    joined.reserve(declared.unwrap_or(0).max(f.len() + data.len()));
-                    joined.extend_from_slice(&f);
-                }
-                joined.extend_from_slice(&data);
-            }
-        }
-        let bytes = if joined.is_empty() { first.unwrap_or_default() } else { joined.freeze() };
-        Ok((bytes, Admission { _call: call, _body: held }))
-    }
-
-    /// `bytes` of the body budget, in whole KiB; 503 when it is spent.
-    fn body_share(&self, bytes: usize) -> Result<OwnedSemaphorePermit, Error> {
-        let kib = u32::try_from(bytes.div_ceil(1024)).map_err(|_| Error::Overloaded)?;
-        self.body_budget.clone().try_acquire_many_owned(kib).map_err(|_| Error::Overloaded)
-    }
-}
-
-/// The request id, when the body is already here in full and small (an
-/// overloaded gateway echoes it without waiting for anything).
-fn ready_id(body: Incoming) -> Option<serde_json::Value> {
-    use futures_util::FutureExt;
-    #[derive(serde::Deserialize)]
-    struct IdOnly {
-        id: Option<serde_json::Value>,
-    }
-    let mut body = Limited::new(body, READY_ID_BYTES);
-    let mut data = Vec::new();
-    loop {
-        match body.frame().now_or_never()? {
-            None => break,
-            Some(Ok(frame)) => data.extend_from_slice(frame.data_ref()?),
-            Some(Err(_)) => return None,
-        }
-    }
-    serde_json::from_slice::<IdOnly>(&data).ok()?.id
-}
-
-/// Largest body an overloaded gateway looks into for the request id.
-const READY_ID_BYTES: usize = 64 * 1024;
 
 /// Which listener a connection came in on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

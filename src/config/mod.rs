@@ -145,6 +145,9 @@ pub struct ConnLimits {
     pub body_timeout: Duration,
     pub body_idle_timeout: Duration,
     pub client_idle_timeout: Duration,
+    /// An answer the client has not read on for this long ends its
+    /// connection: the idle timeout, or two SSE keep-alive intervals if longer.
+    pub answer_stall_timeout: Duration,
     pub max_connections: usize,
     pub max_header_bytes: usize,
     pub h2_max_concurrent_streams: u32,
@@ -318,11 +321,13 @@ fn conn_limits(s: &raw::RawServer, l: &raw::RawLimits, text: &str) -> Result<Con
             at(text, "h2_max_body_bytes_in_flight")
         )));
     }
+    let client_idle_timeout = ms(s.client_idle_timeout_ms, 60_000).max(Duration::from_millis(1));
     Ok(ConnLimits {
         header_read_timeout: ms(s.header_read_timeout_ms, 10_000).max(Duration::from_millis(1)),
         body_timeout: ms(s.body_timeout_ms, 30_000).max(Duration::from_millis(1)),
         body_idle_timeout: ms(s.body_idle_timeout_ms, 10_000).max(Duration::from_millis(1)),
-        client_idle_timeout: ms(s.client_idle_timeout_ms, 60_000).max(Duration::from_millis(1)),
+        client_idle_timeout,
+        answer_stall_timeout: client_idle_timeout.max(2 * ms(s.keepalive_interval_ms, 15_000)),
         max_connections: l.max_connections.unwrap_or(4096).max(1),
         max_header_bytes,
         h2_max_concurrent_streams: s.h2_max_concurrent_streams.unwrap_or(100).max(1),

@@ -86,9 +86,9 @@ where
 }
 
 /// Whether `json` would parse into more values than `max_bytes` allows
-/// (one value per 16 bytes of the limit, so a parsed message costs at most
-/// about twice the byte limit). A single pass counting the commas, brackets
-/// and braces outside strings: every value but the first follows one.
+/// (one value per 16 bytes of the limit). A single pass counting the commas,
+/// colons, brackets and braces outside strings: every value but the first
+/// follows one, and an object member (key and value) follows two.
 pub fn too_many_values(json: &[u8], max_bytes: usize) -> bool {
     let max = (max_bytes / 16).max(MIN_VALUES);
     if json.len() <= max {
@@ -107,7 +107,7 @@ pub fn too_many_values(json: &[u8], max_bytes: usize) -> bool {
         }
         match b {
             b'"' => in_string = true,
-            b',' | b'[' | b'{' => {
+            b',' | b':' | b'[' | b'{' => {
                 values += 1;
                 if values > max {
                     return true;
@@ -140,6 +140,9 @@ mod tests {
             format!("[{}]", vec![r#"{"name":"t","inputSchema":{"type":"object"}}"#; 10_000].join(","));
         assert!(!too_many_values(tools.as_bytes(), limit), "a large ordinary list passes");
         assert!(!too_many_values(b"[1,2,3]", 0), "small messages always pass");
+        let members =
+            format!("{{{}\"z\":0}}", (0..400_000).map(|i| format!("\"{i:x}\":0,")).collect::<String>());
+        assert!(too_many_values(members.as_bytes(), 8 << 20), "object members count key and value");
     }
 
     #[test]

@@ -184,14 +184,14 @@ impl Client {
     }
 
     /// The most recently used idle connection that is still open.
+    /// The socket check runs outside the pool's lock (it is a system call).
     fn checkout(&self) -> Option<Conn> {
-        let mut idle = self.shared.idle.lock().unwrap_or_else(|e| e.into_inner());
-        while let Some(mut conn) = idle.pop() {
+        loop {
+            let mut conn = self.shared.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()?;
             if conn.idle_since.elapsed() < self.shared.idle_timeout && conn.io.is_open() {
                 return Some(conn);
             }
         }
-        None
     }
 
     async fn connect(&self) -> Result<Conn, Error> {

@@ -32,7 +32,17 @@ pub struct Cache {
 
 impl Default for Cache {
     fn default() -> Cache {
-        Cache { map: quick_cache::sync::Cache::with_weighter(MAX_ENTRIES, MAX_BYTES, ByBytes) }
+        // A fixed, small shard count: each shard gets an equal part of the
+        // byte budget, and an entry heavier than its shard is not kept.
+        let options = quick_cache::OptionsBuilder::new()
+            .estimated_items_capacity(MAX_ENTRIES)
+            .weight_capacity(MAX_BYTES)
+            .shards(4)
+            .build()
+            .expect("valid cache options");
+        let map =
+            quick_cache::sync::Cache::with_options(options, ByBytes, Default::default(), Default::default());
+        Cache { map }
     }
 }
 
@@ -145,5 +155,8 @@ mod tests {
             cache.map.insert(("/mcp".into(), format!("big{i}")), (Instant::now(), big.clone()));
         }
         assert!(cache.map.weight() <= MAX_BYTES, "{} bytes", cache.map.weight());
+        let key = ("/mcp".to_string(), "a large catalogue".to_string());
+        cache.map.insert(key.clone(), (Instant::now(), big));
+        assert!(cache.map.get(&key).is_some(), "an entry of 1 MiB is kept");
     }
 }
