@@ -2,8 +2,8 @@
 # A/B of two sessionless builds in one run, on loopback: tools/call `echo`
 # through each gateway in front of one built-in legacy server, at concurrency
 # 1, 8 and 32, the two alternating cell by cell (order swapped every rep).
-# Prints median throughput and p50 per build and the median of the
-# pair-by-pair ratios (B ÷ A). Every process it starts is stopped on exit.
+# Prints median throughput, p50 and gateway CPU per request for each build,
+# and the median of the pair-by-pair ratios (B ÷ A). Every process it starts is stopped on exit.
 #
 #   bench/ab.sh A_BIN B_BIN                 # e.g. a build of main before a change, and after
 #   BENCH_REPS=7 BENCH_DURATION=3 bench/ab.sh A_BIN B_BIN
@@ -53,12 +53,15 @@ upstream = "demo"
 EOF
     "$2" --config "$OUT/$1.toml" 2>"$OUT/$1.log" &
     PIDS+=($!)
+    PID=$!
     PORT=$(port_from_log "$OUT/$1.log" 'listening on http://127\.0\.0\.1:[0-9]+')
 }
 start a "$A_BIN"
-A_PORT=$PORT
+A_PORT=$PORT A_PID=$PID
 start b "$B_BIN"
-B_PORT=$PORT
+B_PORT=$PORT B_PID=$PID
+CLK_TCK=$(getconf CLK_TCK)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # user + system, all threads
 echo "upstream :$UP, A :$A_PORT ($A_BIN), B :$B_PORT ($B_BIN); reps=$REPS duration=${DURATION}s" >&2
 
 for rep in $(seq "$REPS"); do
@@ -66,10 +69,15 @@ for rep in $(seq "$REPS"); do
         order=(a b)
         ((rep % 2 == 0)) && order=(b a)
         for t in "${order[@]}"; do
-            port=$A_PORT
-            [[ $t == b ]] && port=$B_PORT
-            timeout $((DURATION + WARMUP + 60)) "$LOADGEN" modern --addr "127.0.0.1:$port" -c "$c" \
-                -d "$DURATION" --warmup "$WARMUP" --label "$t" --rep "$rep" >>"$RESULTS"
+            port=$A_PORT pid=$A_PID
+            [[ $t == b ]] && port=$B_PORT pid=$B_PID
+            t0=$(cpu_ticks "$pid")
+            line=$(timeout $((DURATION + WARMUP + 60)) "$LOADGEN" modern --addr "127.0.0.1:$port" -c "$c" \
+                -d "$DURATION" --warmup "$WARMUP" --label "$t" --rep "$rep")
+            t1=$(cpu_ticks "$pid")
+            # The gateway's CPU (warm-up included) over every request sent.
+            all=$(grep -oE '"all_requests":[0-9]+' <<<"$line" | cut -d: -f2)
+            echo "${line%\}},\"cpu_us\":$(python3 -c "print(($t1 - $t0) * 1e6 / $CLK_TCK / max(1, ${all:-0}))")}" >>"$RESULTS"
         done
     done
     echo "rep $rep done" >&2
@@ -78,8 +86,8 @@ done
 python3 - "$RESULTS" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print("| c | A req/s | B req/s | B÷A req/s (pairs) | A p50 µs | B p50 µs | B÷A p50 (pairs) | errors A/B |")
-print("|---|---|---|---|---|---|---|---|")
+print("| c | A req/s | B req/s | B÷A req/s (pairs) | A p50 µs | B p50 µs | B÷A p50 (pairs) | A CPU µs/req | B CPU µs/req | errors A/B |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for c in (1, 8, 32):
     cell = {(r["label"], r["rep"]): r for r in rows if r["concurrency"] == c}
     reps = sorted({rep for (_, rep) in cell})
@@ -90,6 +98,7 @@ for c in (1, 8, 32):
     rps_ratio = med([b["rps"] / a["rps"] for a, b in pairs if a["rps"]])
     p50_ratio = med([b["p50_us"] / a["p50_us"] for a, b in pairs if a["p50_us"]])
     errs = f'{sum(a["errors"] for a, _ in pairs)}/{sum(b["errors"] for _, b in pairs)}'
-    print(f"| {c} | {a_rps:.0f} | {b_rps:.0f} | {rps_ratio:.3f} | {a_p50:.0f} | {b_p50:.0f} | {p50_ratio:.3f} | {errs} |")
+    a_cpu, b_cpu = med([a["cpu_us"] for a, _ in pairs]), med([b["cpu_us"] for _, b in pairs])
+    print(f"| {c} | {a_rps:.0f} | {b_rps:.0f} | {rps_ratio:.3f} | {a_p50:.0f} | {b_p50:.0f} | {p50_ratio:.3f} | {a_cpu:.1f} | {b_cpu:.1f} | {errs} |")
 EOF
 echo "raw: $RESULTS" >&2

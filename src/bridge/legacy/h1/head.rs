@@ -105,8 +105,10 @@ pub(super) async fn read_head(
 
 /// Whether `buf` holds a line end followed by an empty line: only then can a
 /// head be complete, so a head that trickles in is not parsed again per byte.
+/// One pass over the line ends, stopping at the first empty line (the body
+/// that follows in the same read is not scanned).
 fn ends_head(buf: &[u8]) -> bool {
-    buf.windows(2).any(|w| w == b"\n\n") || buf.windows(3).any(|w| w == b"\n\r\n")
+    memchr::memchr_iter(b'\n', buf).any(|i| matches!(&buf[i + 1..], [b'\n', ..] | [b'\r', b'\n', ..]))
 }
 
 struct Parsed {
@@ -251,5 +253,21 @@ impl Parsed {
         } else {
             self.length.map_or(Framing::Eof, Framing::Length)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ends_head;
+
+    #[test]
+    fn a_head_ends_at_the_first_empty_line_whatever_follows() {
+        assert!(ends_head(b"HTTP/1.1 200 OK\r\nA: b\r\n\r\n{\"body\":1}"));
+        assert!(ends_head(b"HTTP/1.1 200 OK\n\n"), "bare LF ends it too (then refused by the parser)");
+        assert!(ends_head(b"\r\n\r\n"));
+        assert!(!ends_head(b"HTTP/1.1 200 OK\r\nA: b\r\n"));
+        assert!(!ends_head(b"HTTP/1.1 200 OK\r\nA: b\r\n\r"), "not yet");
+        assert!(!ends_head(b"\n"));
+        assert!(!ends_head(b""));
     }
 }
