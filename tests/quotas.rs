@@ -80,10 +80,10 @@ async fn unique_capability_objects_share_one_upstream_session() {
     assert_eq!(gw.metric("sessionless_upstream_sessions_open").await, 1.0);
 }
 
-/// A tool that takes 500 ms: its session stays busy meanwhile.
+/// A tool that takes 1.5 s: its session stays busy meanwhile.
 async fn slow_upstream() -> Upstream {
     FakeUpstream::new()
-        .on("tools/call", Answer::Sse(vec![Step::sleep_ms(500), Step::result(json!({"content": []}))]))
+        .on("tools/call", Answer::Sse(vec![Step::sleep_ms(1500), Step::result(json!({"content": []}))]))
         .start()
         .await
 }
