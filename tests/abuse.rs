@@ -252,3 +252,27 @@ async fn h2_requests_are_checked_against_their_authority() {
         }
     }
 }
+
+#[tokio::test]
+async fn h2_connections_get_the_configured_stream_and_header_limits() {
+    let gw = gateway("h2_max_concurrent_streams = 2\nmax_header_bytes = 16384", "").await;
+    let tcp = TcpStream::connect(gw.addr()).await.unwrap();
+    let (client, mut conn) = h2::client::handshake(tcp).await.unwrap();
+    assert_eq!(conn.max_concurrent_send_streams(), usize::MAX, "nothing known before the server's SETTINGS");
+    // Drive the connection a moment: the server's SETTINGS arrive.
+    let _ = tokio::time::timeout(Duration::from_millis(300), &mut conn).await;
+    assert_eq!(conn.max_concurrent_send_streams(), 2, "the gateway's SETTINGS_MAX_CONCURRENT_STREAMS");
+    let driver = tokio::spawn(conn);
+    let mut client = client.ready().await.unwrap();
+    let req = http::Request::post(format!("http://127.0.0.1:{}/mcp", gw.addr().port()))
+        .header("content-type", "application/json")
+        .header("x-padding", "x".repeat(32 * 1024))
+        .body(())
+        .unwrap();
+    let answer = match client.send_request(req, true) {
+        Ok((resp, _)) => resp.await.map(|r| r.status().as_u16()),
+        Err(e) => Err(e),
+    };
+    assert!(!matches!(answer, Ok(200..=299)), "a 32 KiB header list over a 16 KiB limit: {answer:?}");
+    driver.abort();
+}
