@@ -8,8 +8,9 @@
 //! ([`Busy`]), and ends the connection when it has had no request in flight
 //! for `client_idle_timeout`, or when a request head started arriving more
 //! than `header_read_timeout` ago and is still not complete. A connection with
-//! a request in flight (an SSE answer, a parked call's retry) is never cut by
-//! either.
+//! a request in flight (waiting for its upstream, or streaming an SSE answer)
+//! is never cut by either; but an answer the connection has not polled for
+//! `answer_stall_timeout` (the client stopped reading it) ends it too.
 
 use std::io;
 use std::pin::Pin;
@@ -109,7 +110,7 @@ impl Watch {
     }
 
     /// When the connection should be ended if nothing changes, and why;
-    /// `None` while a request is in flight.
+    /// `None` while a request waits for its answer.
     fn deadline(&self, limits: &ConnLimits) -> Option<(Instant, Ended)> {
         let at = |ms: u64, after: Duration| self.epoch + Duration::from_millis(ms) + after;
         if self.answering.load(Ordering::Acquire) > 0 {
@@ -129,8 +130,9 @@ impl Watch {
         }
     }
 
-    /// Resolves when the connection has overstayed: idle too long, or too
-    /// slow sending a head. Cancel-safe; the connection task selects on it.
+    /// Resolves when the connection has overstayed: idle too long, too slow
+    /// sending a head, or not reading its answer. Cancel-safe; the
+    /// connection task selects on it.
     pub async fn overstayed(&self, limits: &ConnLimits) -> Ended {
         // Nothing wakes this loop when a head starts arriving (that would cost
         // a task wake-up per request): it looks again every quarter of the
