@@ -199,6 +199,11 @@ impl Gateway {
             Ok(head) => head,
             Err(why) => return Ok(gate.refuse(why)),
         };
+        // Signed, fresh and never seen before a byte of the body is read.
+        let headers = Caller::mcp_headers(&parts.headers);
+        if let Err(why) = gate.verify(&head, &headers) {
+            return Ok(gate.refuse(why));
+        }
         let (body, admission) = match self.read_body(body, permit).await {
             Ok(read) => read,
             Err(Error::PayloadTooLarge(_)) => return Ok(gate.refuse(cluster::Refused::TooLarge)),
@@ -208,8 +213,7 @@ impl Gateway {
             }
             Err(_) => return Ok(gate.refuse(cluster::Refused::Unreadable)),
         };
-        let headers = Caller::mcp_headers(&parts.headers);
-        if let Err(why) = gate.verify(&head, &headers, &body) {
+        if let Err(why) = gate.body_matches(&head, &body) {
             return Ok(gate.refuse(why));
         }
         let Some(route) = self.config.route_for(&head.route).cloned() else {

@@ -35,6 +35,8 @@ pub const PRINCIPAL_HEADER: &str = "x-sessionless-principal";
 pub const TIMESTAMP_HEADER: &str = "x-sessionless-timestamp";
 /// [`NONCE_LEN`] random bytes, base64url.
 pub const NONCE_HEADER: &str = "x-sessionless-nonce";
+/// SHA-256 of the body, base64url (signed: checked before the body is read).
+pub const BODY_DIGEST_HEADER: &str = "x-sessionless-body-sha256";
 /// HMAC-SHA256 over [`sign::canonical`], base64url.
 pub const SIGNATURE_HEADER: &str = "x-sessionless-signature";
 /// Set on the internal listener's own refusals, so that the forwarding
@@ -99,12 +101,13 @@ impl Forwarder {
         let mut nonce = [0u8; NONCE_LEN];
         rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut nonce);
         let timestamp_ms = sign::now_ms();
+        let body_digest = sign::body_digest(&body);
         let signed = Signed {
             audience: owner,
             route,
             principal,
             headers: &mcp,
-            body: &body,
+            body_digest: &body_digest,
             timestamp_ms,
             nonce: &nonce,
         };
@@ -118,6 +121,7 @@ impl Forwarder {
         h.insert(PRINCIPAL_HEADER, value(principal)?);
         h.insert(TIMESTAMP_HEADER, value(&timestamp_ms.to_string())?);
         h.insert(NONCE_HEADER, value(&URL_SAFE_NO_PAD.encode(nonce))?);
+        h.insert(BODY_DIGEST_HEADER, value(&URL_SAFE_NO_PAD.encode(body_digest))?);
         h.insert(SIGNATURE_HEADER, value(&URL_SAFE_NO_PAD.encode(tag))?);
         let resp = match tokio::time::timeout(self.timeout, self.http.request(req)).await {
             Err(_) => return Err(ForwardError::Broken),
@@ -217,6 +221,7 @@ pub struct Head {
     pub principal: String,
     timestamp_ms: u64,
     nonce: [u8; NONCE_LEN],
+    body_digest: [u8; 32],
     tag: Vec<u8>,
 }
 
@@ -246,11 +251,12 @@ impl Gate {
             return Err(Refused::NotFound);
         }
         let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
-        let (Some(route), Some(principal), Some(ts), Some(nonce), Some(tag)) = (
+        let (Some(route), Some(principal), Some(ts), Some(nonce), Some(digest), Some(tag)) = (
             header(ROUTE_HEADER),
             header(PRINCIPAL_HEADER),
             header(TIMESTAMP_HEADER),
             header(NONCE_HEADER),
+            header(BODY_DIGEST_HEADER),
             header(SIGNATURE_HEADER),
         ) else {
             return Err(Refused::Unsigned);
@@ -265,22 +271,28 @@ impl Gate {
             .ok()
             .and_then(|n| <[u8; NONCE_LEN]>::try_from(n).ok())
             .ok_or(Refused::Unsigned)?;
+        let body_digest = URL_SAFE_NO_PAD
+            .decode(digest)
+            .ok()
+            .and_then(|d| <[u8; 32]>::try_from(d).ok())
+            .ok_or(Refused::Unsigned)?;
         let tag = URL_SAFE_NO_PAD.decode(tag).map_err(|_| Refused::Unsigned)?;
         if !sign::in_window(timestamp_ms, sign::now_ms()) {
             return Err(Refused::Stale);
         }
-        Ok(Head { route: route.into(), principal: principal.into(), timestamp_ms, nonce, tag })
+        Ok(Head { route: route.into(), principal: principal.into(), timestamp_ms, nonce, body_digest, tag })
     }
 
-    /// Verifies the signature over the whole request, then records its nonce:
-    /// the same signed request is refused from then on.
-    pub fn verify(&self, head: &Head, headers: &HeaderMap, body: &[u8]) -> Result<(), Refused> {
+    /// Verifies the signature over the request's head (the body by its
+    /// signed digest), before a byte of the body is read; then records its
+    /// nonce: the same signed request is refused from then on.
+    pub fn verify(&self, head: &Head, headers: &HeaderMap) -> Result<(), Refused> {
         let signed = Signed {
             audience: &self.audience,
             route: &head.route,
             principal: &head.principal,
             headers,
-            body,
+            body_digest: &head.body_digest,
             timestamp_ms: head.timestamp_ms,
             nonce: &head.nonce,
         };
@@ -292,6 +304,15 @@ impl Gate {
             sign::Unseen::Replayed => Refused::Replayed,
             sign::Unseen::Full => Refused::Busy,
         })
+    }
+
+    /// The body read after [`Gate::verify`] is the one that was signed.
+    pub fn body_matches(&self, head: &Head, body: &[u8]) -> Result<(), Refused> {
+        if sign::body_digest(body) == head.body_digest {
+            Ok(())
+        } else {
+            Err(Refused::BadSignature)
+        }
     }
 
     /// Counts and logs a refusal and returns its answer.

@@ -41,9 +41,16 @@ pub struct Signed<'a> {
     pub principal: &'a str,
     /// The MCP headers forwarded ([`crate::bridge::legacy::Caller::is_mcp_header`]), all of them.
     pub headers: &'a HeaderMap,
-    pub body: &'a [u8],
+    /// SHA-256 of the body, sent in its own header so that the owner checks
+    /// the MAC before it reads a byte of the body.
+    pub body_digest: &'a [u8; 32],
     pub timestamp_ms: u64,
     pub nonce: &'a [u8; NONCE_LEN],
+}
+
+/// The digest a request's body is signed by.
+pub fn body_digest(body: &[u8]) -> [u8; 32] {
+    Sha256::digest(body).into()
 }
 
 /// The bytes the MAC is computed over: every field length-prefixed (u64,
@@ -60,7 +67,7 @@ pub fn canonical(s: &Signed<'_>) -> Vec<u8> {
     field(s.audience.as_bytes());
     field(s.route.as_bytes());
     field(s.principal.as_bytes());
-    field(&Sha256::digest(s.body));
+    field(s.body_digest);
     let mut headers: Vec<(&str, &[u8])> = s.headers.iter().map(|(k, v)| (k.as_str(), v.as_bytes())).collect();
     headers.sort_by(|a, b| a.0.cmp(b.0));
     field(&(headers.len() as u64).to_be_bytes());

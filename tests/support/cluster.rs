@@ -392,7 +392,7 @@ impl Internal {
             route: &self.route,
             principal: &self.principal,
             headers: &headers,
-            body: &self.body,
+            body_digest: &sign::body_digest(&self.body),
             timestamp_ms: self.timestamp_ms,
             nonce: &self.nonce,
         });
@@ -413,6 +413,10 @@ impl Internal {
             .header(
                 "x-sessionless-nonce",
                 base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(self.nonce),
+            )
+            .header(
+                "x-sessionless-body-sha256",
+                base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sign::body_digest(&self.body)),
             );
         if let Some(s) = signature {
             b = b.header("x-sessionless-signature", s);

@@ -4,6 +4,8 @@ use super::*;
 
 const NONCE: [u8; NONCE_LEN] = [7; NONCE_LEN];
 static OTHER_NONCE: [u8; NONCE_LEN] = [8; NONCE_LEN];
+static BODY: [u8; 32] = [1; 32];
+static OTHER_BODY: [u8; 32] = [2; 32];
 
 fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
     let mut h = HeaderMap::new();
@@ -19,7 +21,7 @@ fn base(h: &HeaderMap) -> Signed<'_> {
         route: "/mcp",
         principal: "anonymous",
         headers: h,
-        body: b"{\"jsonrpc\":\"2.0\"}",
+        body_digest: &BODY,
         timestamp_ms: 1_000_000,
         nonce: &NONCE,
     }
@@ -35,7 +37,7 @@ fn every_field_changes_the_encoding() {
         |s| s.audience = "10.0.0.6:8081",
         |s| s.route = "/other",
         |s| s.principal = "b:0123",
-        |s| s.body = b"{\"jsonrpc\":\"2.0\" }",
+        |s| s.body_digest = &OTHER_BODY,
         |s| s.timestamp_ms += 1,
         |s| s.nonce = &OTHER_NONCE,
     ];
