@@ -150,3 +150,28 @@ fn several_cluster_secrets_rotate_and_each_must_be_long_enough() {
     assert!(!format!("{c:?}").contains("16+"), "redacted");
     assert!(cluster("the new secret of 16+ bytes,short").unwrap_err().0.contains("16 bytes"));
 }
+
+#[test]
+fn abuse_limits_have_the_documented_defaults_and_are_checked() {
+    let c = Config::from_toml(GOOD).unwrap();
+    let k = &c.connections;
+    assert_eq!(k.header_read_timeout, Duration::from_secs(10));
+    assert_eq!(k.body_timeout, Duration::from_secs(30));
+    assert_eq!(k.body_idle_timeout, Duration::from_secs(10));
+    assert_eq!(k.client_idle_timeout, Duration::from_secs(60));
+    assert_eq!(k.answer_stall_timeout, Duration::from_secs(60));
+    assert_eq!(k.max_connections, 4096);
+    assert_eq!(k.max_header_bytes, 64 * 1024);
+    assert_eq!((k.h2_max_concurrent_streams, k.h2_max_body_bytes_in_flight), (100, 1 << 20));
+    assert_eq!(c.limits.max_buffered_body_bytes, 256 << 20);
+    assert_eq!(c.limits.max_parked_flows_per_principal, 100);
+    assert_eq!(c.limits.max_sessions_per_principal, 32);
+    let slow_sse = format!("{GOOD}\n").replace("[server]\n", "[server]\nkeepalive_interval_ms = 45000\n");
+    let c = Config::from_toml(&slow_sse).unwrap();
+    assert_eq!(c.connections.answer_stall_timeout, Duration::from_secs(90), "two keep-alive intervals");
+    let small_budget = format!("{GOOD}\n[limits]\nmax_buffered_body_bytes = 1024\n");
+    let err = Config::from_toml(&small_budget).unwrap_err().0;
+    assert!(err.contains("max_buffered_body_bytes") && err.contains("line"), "{err}");
+    let tiny_head = GOOD.replace("[server]\n", "[server]\nmax_header_bytes = 100\n");
+    assert!(Config::from_toml(&tiny_head).unwrap_err().0.contains("max_header_bytes"));
+}
