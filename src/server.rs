@@ -128,12 +128,11 @@ impl Gateway {
         started: Instant,
     ) -> Response<Body> {
         self.count(route, "invalid", err.reason(), started);
+        let mut resp = error_response(id, err);
         if err.status() == StatusCode::METHOD_NOT_ALLOWED {
-            let mut resp = reply::json_response(err.status(), &error_body(id, err, SUPPORTED_VERSIONS));
             resp.headers_mut().insert(http::header::ALLOW, http::HeaderValue::from_static("POST"));
-            return resp;
         }
-        reply::json_response(err.status(), &error_body(id, err, SUPPORTED_VERSIONS))
+        resp
     }
 
     async fn mcp(self: Arc<Self>, route: Arc<Route>, req: Request<Incoming>) -> Response<Body> {
@@ -192,8 +191,7 @@ impl Gateway {
         // clients' permits before its signature is checked.
         let Ok(permit) = self.internal_limit.clone().try_acquire_owned() else {
             let id = crate::body::ready_id(body);
-            let overloaded = error_body(id.as_ref(), &Error::Overloaded, SUPPORTED_VERSIONS);
-            return Ok(reply::json_response(Error::Overloaded.status(), &overloaded));
+            return Ok(error_response(id.as_ref(), &Error::Overloaded));
         };
         let head = match gate.head(&parts) {
             Ok(head) => head,
@@ -207,10 +205,7 @@ impl Gateway {
         let (body, admission) = match self.read_body(body, permit).await {
             Ok(read) => read,
             Err(Error::PayloadTooLarge(_)) => return Ok(gate.refuse(cluster::Refused::TooLarge)),
-            Err(Error::Overloaded) => {
-                let overloaded = error_body(None, &Error::Overloaded, SUPPORTED_VERSIONS);
-                return Ok(reply::json_response(Error::Overloaded.status(), &overloaded));
-            }
+            Err(Error::Overloaded) => return Ok(error_response(None, &Error::Overloaded)),
             Err(_) => return Ok(gate.refuse(cluster::Refused::Unreadable)),
         };
         if let Err(why) = gate.body_matches(&head, &body) {
@@ -295,6 +290,11 @@ impl Gateway {
             }
         }
     }
+}
+
+/// The JSON-RPC error answer for `err`, echoing `id`.
+fn error_response(id: Option<&serde_json::Value>, err: &Error) -> Response<Body> {
+    reply::json_response(err.status(), &error_body(id, err, SUPPORTED_VERSIONS))
 }
 
 /// What a call holds while it runs: its concurrency permit and, for a retry
