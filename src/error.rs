@@ -18,6 +18,8 @@ pub mod code {
     pub const LEGACY_RESOURCE_NOT_FOUND: i64 = -32002;
     /// 2025-11-25 "URL elicitation required"; never sent to modern clients.
     pub const URL_ELICITATION_REQUIRED: i64 = -32042;
+    /// "Session not found" (legacy sessions), as the reference SDKs send it.
+    pub const SESSION_NOT_FOUND: i64 = -32001;
     /// Application code (outside the reserved -32768..-32000 range) for overload.
     pub const OVERLOADED: i64 = -31000;
 }
@@ -83,6 +85,16 @@ pub enum Error {
     /// The caller holds as many upstream sessions as it may, all busy.
     #[error("too many upstream sessions for this caller")]
     TooManySessions,
+    /// A legacy request other than `initialize` without `Mcp-Session-Id`.
+    #[error("Mcp-Session-Id header is required")]
+    SessionRequired,
+    /// A legacy session id that does not open, has expired, belongs to
+    /// another route or principal, or whose upstream session is gone.
+    #[error("session not found")]
+    SessionNotFound,
+    /// Legacy sessions opened too fast by this caller, or by everyone.
+    #[error("too many new sessions")]
+    TooManyNewSessions,
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -137,7 +149,9 @@ impl Error {
             OutcomeUnknown => "outcome_unknown",
             Overloaded => "overloaded",
             QuestionDeclined(_) => "too_many_paused_calls",
-            TooManySessions => "too_many_sessions",
+            TooManySessions | TooManyNewSessions => "too_many_sessions",
+            SessionRequired => "session_required",
+            SessionNotFound => "session_not_found",
             ReplicaRefused => "replica_refused",
             Internal(_) => "internal",
         }
@@ -162,7 +176,9 @@ impl Error {
             UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             ReplicaRefused => StatusCode::BAD_GATEWAY,
             Overloaded => StatusCode::SERVICE_UNAVAILABLE,
-            QuestionDeclined(crate::park::Refused::PrincipalFull) | TooManySessions => {
+            SessionRequired => StatusCode::BAD_REQUEST,
+            SessionNotFound => StatusCode::NOT_FOUND,
+            QuestionDeclined(crate::park::Refused::PrincipalFull) | TooManySessions | TooManyNewSessions => {
                 StatusCode::TOO_MANY_REQUESTS
             }
             QuestionDeclined(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -236,6 +252,15 @@ impl Error {
                 "This caller holds as many upstream sessions as it may, all busy; retry later".into(),
                 Some(json!({"reason": "too_many_sessions"})),
             ),
+            TooManyNewSessions => (
+                code::OVERLOADED,
+                "Too many new sessions opened in the last minute; retry later".into(),
+                Some(json!({"reason": "too_many_sessions"})),
+            ),
+            SessionRequired => {
+                (code::INVALID_REQUEST, "Bad Request: Mcp-Session-Id header is required".into(), None)
+            }
+            SessionNotFound => (code::SESSION_NOT_FOUND, "Session not found".into(), None),
             Internal(_) => (code::INTERNAL_ERROR, "Internal error".into(), None),
         };
         let mut err = json!({"code": code, "message": message});

@@ -17,6 +17,7 @@ pub mod ratelog;
 pub mod reply;
 pub mod seal;
 pub mod server;
+pub mod upstream;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,7 +33,7 @@ pub use config::Config;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing {
-    pub use crate::bridge::legacy::fuzzing::{h1_exchange, H1Response, Seals};
+    pub use crate::bridge::modern_legacy::fuzzing::{h1_exchange, H1Response, Seals};
 }
 
 /// A running gateway.
@@ -84,8 +85,8 @@ pub async fn run(config: Config) -> std::io::Result<Running> {
     let (drain, stop) = (CancellationToken::new(), CancellationToken::new());
     let gateway = Arc::new(server::Gateway::new(config, stop.clone()));
     let mut tasks = vec![
-        tokio::spawn(gateway.legacy().pool().clone().run_reaper(stop.clone())),
-        tokio::spawn(gateway.legacy().clone().run_flow_reaper(stop.clone())),
+        tokio::spawn(gateway.modern_legacy().pool().clone().run_reaper(stop.clone())),
+        tokio::spawn(gateway.modern_legacy().clone().run_flow_reaper(stop.clone())),
         tokio::spawn(server::serve(gateway.clone(), listener, stop.clone(), server::Listener::Public, None)),
     ];
     if let Some(internal) = internal {
@@ -104,7 +105,7 @@ pub async fn run(config: Config) -> std::io::Result<Running> {
         gateway.drain(drain_timeout).await;
         stop.cancel();
         futures_util::future::join_all(tasks).await;
-        gateway.legacy().pool().close_all().await;
+        gateway.modern_legacy().pool().close_all().await;
     });
     Ok(Running { addr, internal_addr, drain, task })
 }

@@ -67,6 +67,14 @@ pub struct QuotaLabels {
     pub quota: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OpenedLabels {
+    pub route: String,
+    /// The version the client asked for at `initialize` (a bounded set):
+    /// `2026-07-28` is a modern client that fell back to the legacy handshake.
+    pub requested: &'static str,
+}
+
 type HistogramFamily = Family<MethodLabels, Histogram, fn() -> Histogram>;
 
 #[derive(Clone)]
@@ -91,6 +99,8 @@ pub struct Metrics {
     pub client_connections_ended: Family<EndedLabels, Counter>,
     pub quota_exceeded: Family<QuotaLabels, Counter>,
     pub internal_refused: Family<RefusedLabels, Counter>,
+    pub legacy_sessions_opened: Family<OpenedLabels, Counter>,
+    pub session_tokens_rejected: Family<ReasonLabels, Counter>,
 }
 
 fn duration_histogram() -> Histogram {
@@ -120,6 +130,8 @@ impl Metrics {
             client_connections_ended: Family::default(),
             quota_exceeded: Family::default(),
             internal_refused: Family::default(),
+            legacy_sessions_opened: Family::default(),
+            session_tokens_rejected: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("sessionless");
         r.register("requests", "Client requests by generation and outcome", m.requests.clone());
@@ -185,6 +197,16 @@ impl Metrics {
             "internal_refused",
             "Requests refused by the internal listener (cluster mode), by reason",
             m.internal_refused.clone(),
+        );
+        r.register(
+            "legacy_sessions_opened",
+            "Legacy client sessions opened (relayed initialize), by the version the client asked for",
+            m.legacy_sessions_opened.clone(),
+        );
+        r.register(
+            "legacy_session_tokens_rejected",
+            "Legacy session ids refused with 404, by reason",
+            m.session_tokens_rejected.clone(),
         );
         m
     }

@@ -16,20 +16,25 @@ use tokio::net::TcpListener;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
-use crate::bridge::legacy::{Caller, Legacy};
+use crate::bridge::{legacy_legacy, modern_legacy, Caller, Generation, Services, Target, Targets};
 use crate::cluster;
-use crate::config::{Config, ConnLimits, Route};
+use crate::config::{Config, ConnLimits};
 use crate::conn::Tracked;
 use crate::error::{error_body, Error};
+use crate::front::generation::ByHeaders;
 use crate::front::{self, Message, SUPPORTED_VERSIONS};
-use crate::metrics::{EndedLabels, HeaderLabels, MethodLabels, Metrics, RequestLabels};
+use crate::metrics::{EndedLabels, HeaderLabels, Metrics};
 use crate::ratelog::RateLimitedLog;
 use crate::reply::{self, Body, Reply};
-use crate::seal::Sealer;
 
 pub struct Gateway {
     config: Arc<Config>,
-    legacy: Arc<Legacy>,
+    /// The routes with their upstream handles.
+    targets: Targets,
+    services: Arc<Services>,
+    /// The cells (DESIGN §9).
+    modern_legacy: Arc<modern_legacy::Bridge>,
+    legacy_legacy: legacy_legacy::Bridge,
     metrics: Metrics,
     registry: Registry,
     draining: AtomicBool,
@@ -46,35 +51,40 @@ impl Gateway {
     pub fn new(config: Config, shutdown: CancellationToken) -> Gateway {
         let mut registry = Registry::default();
         let metrics = Metrics::register(&mut registry);
-        let sealer = Arc::new(Sealer::new(config.keys.clone()));
-        let legacy = Arc::new(Legacy::new(&config, sealer, metrics.clone(), shutdown));
+        let services = Arc::new(Services::new(&config, metrics.clone(), shutdown));
+        let targets = Targets::new(&config, &metrics);
         let gate = config.cluster.as_ref().map(|c| cluster::Gate::new(c, metrics.internal_refused.clone()));
         Gateway {
             gate,
             limit: Arc::new(tokio::sync::Semaphore::new(config.limits.max_concurrent_requests)),
             internal_limit: Arc::new(tokio::sync::Semaphore::new(config.limits.max_concurrent_requests)),
             body_budget: crate::body::Budget::new(config.limits.max_buffered_body_bytes),
+            modern_legacy: Arc::new(modern_legacy::Bridge::new(&config, services.clone())),
+            legacy_legacy: legacy_legacy::Bridge::new(&config, services.clone()),
             config: Arc::new(config),
-            legacy,
+            targets,
+            services,
             metrics,
             registry,
             draining: AtomicBool::new(false),
         }
     }
 
-    pub fn legacy(&self) -> &Arc<Legacy> {
-        &self.legacy
+    pub fn modern_legacy(&self) -> &Arc<modern_legacy::Bridge> {
+        &self.modern_legacy
     }
 
     /// Refuses new calls and waits until no paused call is left here (their
     /// retries are still served) or `deadline` passes.
     pub async fn drain(&self, deadline: std::time::Duration) {
         self.draining.store(true, Ordering::SeqCst);
+        // Long-lived streams end now, so that their clients reconnect elsewhere.
+        self.services.draining.cancel();
         let until = tokio::time::Instant::now() + deadline;
-        while self.legacy.parked_flows() > 0 && tokio::time::Instant::now() < until {
+        while self.modern_legacy.parked_flows() > 0 && tokio::time::Instant::now() < until {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        tracing::info!(left = self.legacy.parked_flows(), "drain finished");
+        tracing::info!(left = self.modern_legacy.parked_flows(), "drain finished");
     }
 
     pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
@@ -85,8 +95,8 @@ impl Gateway {
             }
             "/readyz" => reply::text(StatusCode::OK, "text/plain", "ready\n".into()),
             "/metrics" => self.metrics_text(),
-            path => match self.config.route_for(path).cloned() {
-                Some(route) => self.mcp(route, req).await,
+            path => match self.targets.get(path).cloned() {
+                Some(target) => self.mcp(target, req).await,
                 None => reply::text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
             },
         };
@@ -103,64 +113,83 @@ impl Gateway {
         }
     }
 
-    fn count(&self, route: &Route, method: &'static str, outcome: &'static str, started: Instant) {
-        let labels = RequestLabels { route: route.path.clone(), method, generation: "modern", outcome };
-        self.metrics.requests.get_or_create(&labels).inc();
-        self.metrics
-            .request_duration
-            .get_or_create(&MethodLabels { route: route.path.clone(), method: method.into() })
-            .observe(started.elapsed().as_secs_f64());
-        tracing::debug!(
-            target: "sessionless::access",
-            route = %route.path,
-            method,
-            outcome,
-            micros = started.elapsed().as_micros() as u64,
-            "request"
-        );
+    fn count(
+        &self,
+        target: &Target,
+        generation: Generation,
+        method: &'static str,
+        outcome: &'static str,
+        started: Instant,
+    ) {
+        self.services.count(&target.route.path, generation, method, outcome, started);
     }
 
     fn reject(
         &self,
-        route: &Route,
+        target: &Target,
         id: Option<&serde_json::Value>,
         err: &Error,
         started: Instant,
     ) -> Response<Body> {
-        self.count(route, "invalid", err.reason(), started);
+        self.count(target, Generation::Modern, "invalid", err.reason(), started);
         let mut resp = error_response(id, err);
         if err.status() == StatusCode::METHOD_NOT_ALLOWED {
-            resp.headers_mut().insert(http::header::ALLOW, http::HeaderValue::from_static("POST"));
+            resp.headers_mut()
+                .insert(http::header::ALLOW, http::HeaderValue::from_static("POST, GET, DELETE"));
         }
         resp
     }
 
-    async fn mcp(self: Arc<Self>, route: Arc<Route>, req: Request<Incoming>) -> Response<Body> {
+    async fn mcp(self: Arc<Self>, target: Arc<Target>, req: Request<Incoming>) -> Response<Body> {
         let started = Instant::now();
         let (parts, body) = req.into_parts();
-        if let Err(e) =
+        // GET and DELETE exist only in the session era: a legacy session's
+        // stream and its end. Without a legacy marker they stay 405.
+        let session_verb = parts.method == http::Method::GET || parts.method == http::Method::DELETE;
+        let legacy_verb = session_verb && front::generation::by_headers(&parts.headers) == ByHeaders::Legacy;
+        let checked = if legacy_verb {
+            crate::guard::check_origin(&self.config, parts.uri.authority(), &parts.headers)
+        } else {
             crate::guard::check(&self.config, &parts.method, parts.uri.authority(), &parts.headers)
-        {
-            return self.reject(&route, None, &e, started);
+        };
+        if let Err(e) = checked {
+            return self.reject(&target, None, &e, started);
+        }
+        if legacy_verb {
+            let caller = Caller {
+                principal: crate::guard::principal(&parts.headers),
+                headers: parts.headers,
+                body: Bytes::new(),
+                forwarded: false,
+            };
+            return self.legacy_legacy.session_verb(&target, &parts.method, caller, started).await;
         }
         // Taken before the body is read: a body in memory holds a permit
         // and its share of the body budget, each for at most the body timeout.
         let Ok(permit) = self.limit.clone().try_acquire_owned() else {
             let id = crate::body::ready_id(body);
-            return self.reject(&route, id.as_ref(), &Error::Overloaded, started);
+            return self.reject(&target, id.as_ref(), &Error::Overloaded, started);
         };
         let (body, admission) = match self.read_body(body, permit).await {
             Ok(read) => read,
-            Err(e) => return self.reject(&route, None, &e, started),
+            Err(e) => return self.reject(&target, None, &e, started),
         };
-        self.count_stale_headers(&parts.headers);
+        let generation = front::generation::of_post(&parts.headers, &body);
+        if generation == Generation::Modern {
+            self.count_stale_headers(&parts.headers);
+        }
         let caller = Caller {
             principal: crate::guard::principal(&parts.headers),
             headers: parts.headers,
             body,
             forwarded: false,
         };
-        self.dispatch(route, caller, admission, started).await
+        match generation {
+            Generation::Modern => self.dispatch(target, caller, admission, started).await,
+            Generation::Legacy => {
+                self.legacy_legacy.post(&target, caller, Box::new(admission), started).await
+            }
+        }
     }
 
     /// Reads the body under its limits; the call permit and the body's share
@@ -211,23 +240,23 @@ impl Gateway {
         if let Err(why) = gate.body_matches(&head, &body) {
             return Ok(gate.refuse(why));
         }
-        let Some(route) = self.config.route_for(&head.route).cloned() else {
+        let Some(target) = self.targets.get(&head.route).cloned() else {
             return Ok(gate.refuse(cluster::Refused::UnknownRoute));
         };
         let Ok(Message::Call(call)) = front::parse(&headers, &body) else {
             return Ok(gate.refuse(cluster::Refused::NotARetry));
         };
-        if let Err(why) = self.legacy.admit_forwarded(&route, &call, &head.principal) {
+        if let Err(why) = self.modern_legacy.admit_forwarded(&target.route, &call, &head.principal) {
             return Ok(gate.refuse(why));
         }
         let caller = Caller { principal: head.principal, headers, body, forwarded: true };
-        Ok(self.run(route, *call, caller, admission, started).await)
+        Ok(self.run(target, *call, caller, admission, started).await)
     }
 
     /// Parses the request and runs it to its answer: front → bridge → reply.
     async fn dispatch(
         self: Arc<Self>,
-        route: Arc<Route>,
+        target: Arc<Target>,
         caller: Caller,
         admission: Admission,
         started: Instant,
@@ -235,15 +264,15 @@ impl Gateway {
         let call = match front::parse(&caller.headers, &caller.body) {
             Ok(Message::Notification) => return reply::empty(StatusCode::ACCEPTED),
             Ok(Message::Call(call)) => *call,
-            Err(rej) => return self.reject(&route, rej.id.as_ref(), &rej.error, started),
+            Err(rej) => return self.reject(&target, rej.id.as_ref(), &rej.error, started),
         };
-        self.run(route, call, caller, admission, started).await
+        self.run(target, call, caller, admission, started).await
     }
 
     /// Runs a parsed call to its answer: bridge → reply.
     async fn run(
         self: Arc<Self>,
-        route: Arc<Route>,
+        target: Arc<Target>,
         call: front::Call,
         caller: Caller,
         admission: Admission,
@@ -252,7 +281,7 @@ impl Gateway {
         let retry = call.params.contains_key("requestState");
         // Draining: retries of paused calls are still served, new calls go elsewhere.
         if self.draining.load(Ordering::SeqCst) && !retry {
-            return self.reject(&route, Some(&call.id), &Error::Overloaded, started);
+            return self.reject(&target, Some(&call.id), &Error::Overloaded, started);
         }
         let (mut caller, mut admission) = (caller, admission);
         if !retry {
@@ -267,8 +296,8 @@ impl Gateway {
         let gateway = self.clone();
         // Boxed: it may move to a task of its own (`Inline`).
         let work: Work = Box::pin(async move {
-            let outcome = gateway.legacy.serve(route.clone(), call, caller, reply).await;
-            gateway.count(&route, method, outcome, started);
+            let outcome = gateway.modern_legacy.serve(&target, call, caller, reply).await;
+            gateway.count(&target, Generation::Modern, method, outcome, started);
             drop(admission);
         });
         let answer = Inline { work: Some(work), answer }.await;
@@ -299,7 +328,7 @@ fn error_response(id: Option<&serde_json::Value>, err: &Error) -> Response<Body>
 
 /// What a call holds while it runs: its concurrency permit and, for a retry
 /// that may be forwarded with its body, the body's share of the body budget.
-struct Admission {
+pub(crate) struct Admission {
     _call: OwnedSemaphorePermit,
     _body: Option<crate::body::Share>,
 }

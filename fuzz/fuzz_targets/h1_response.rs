@@ -1,5 +1,5 @@
 //! Differential: the same bytes, as the response to a request, read by our
-//! upstream client (`bridge/legacy/h1`) and by hyper's client connection.
+//! upstream client (`upstream/h1`) and by hyper's client connection.
 //! Each reads them from its own in-memory stream, in reads of the sizes the
 //! input chooses. A divergence is a panic: one side accepts what the other
 //! refuses, or they disagree on the status, the header set or the body.

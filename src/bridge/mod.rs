@@ -1,4 +1,233 @@
-//! Bridges run a validated call against an upstream and shape the modern
-//! answer. Only the legacy (session-based) bridge exists so far.
+//! The cells: one bridge per (client generation, upstream generation) pair
+//! (DESIGN.md §9), chosen once per request at [`Cell::of`]. What every cell
+//! uses lives here or beside it: the request's [`Caller`], the resolved
+//! [`Target`] (route and upstream handle), and the shared [`Services`]
+//! (sealing, cluster forwarding, metrics, the listen-stream slots, shutdown).
+//! Parking is the generic [`crate::park::ParkingLot`]; a cell that pauses
+//! calls owns a lot of its own flow type.
+//!
+//! | client ↓ upstream → | legacy | modern |
+//! |---|---|---|
+//! | modern | [`modern_legacy`] | (to come) |
+//! | legacy | [`legacy_legacy`] | (to come) |
 
-pub mod legacy;
+pub mod legacy_legacy;
+pub mod modern_legacy;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::HeaderMap;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, Route};
+use crate::metrics::Metrics;
+use crate::seal::Sealer;
+use crate::upstream::Transport;
+
+/// Which protocol generation a client message, or an upstream, speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Generation {
+    /// MCP 2026-07-28: stateless, `_meta` on every request.
+    Modern,
+    /// MCP 2025-03-26 … 2025-11-25: `initialize` and `Mcp-Session-Id`.
+    Legacy,
+}
+
+impl Generation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Generation::Modern => "modern",
+            Generation::Legacy => "legacy",
+        }
+    }
+}
+
+/// The bridge a request runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cell {
+    /// A 2026 client on a session-based upstream: translated onto pooled sessions.
+    ModernLegacy,
+    /// A session client on a session-based upstream: relayed, session id sealed.
+    LegacyLegacy,
+}
+
+impl Cell {
+    /// The cell for a client message of generation `client` on `target`.
+    pub fn of(client: Generation, target: &Target) -> Cell {
+        match (client, target.generation) {
+            (Generation::Modern, Generation::Legacy) => Cell::ModernLegacy,
+            (Generation::Legacy, Generation::Legacy) => Cell::LegacyLegacy,
+            // Every upstream is driven as a session server until the
+            // generation probe exists; no target is built as modern.
+            (Generation::Modern, Generation::Modern) => Cell::ModernLegacy,
+            (Generation::Legacy, Generation::Modern) => Cell::LegacyLegacy,
+        }
+    }
+}
+
+/// A resolved route: its configuration and the handle of its upstream.
+pub struct Target {
+    pub route: Arc<Route>,
+    pub upstream: Transport,
+    /// What the upstream speaks.
+    pub generation: Generation,
+}
+
+/// The routing table: every route with its upstream handle, built once.
+pub struct Targets(Vec<Arc<Target>>);
+
+impl Targets {
+    pub fn new(config: &Config, metrics: &Metrics) -> Targets {
+        Targets(
+            config
+                .routes
+                .iter()
+                .map(|r| {
+                    let upstream = Transport::new(
+                        r.upstream.clone(),
+                        config.limits.max_upstream_response_bytes,
+                        metrics.clone(),
+                        r.path.clone(),
+                    );
+                    Arc::new(Target { route: r.clone(), upstream, generation: Generation::Legacy })
+                })
+                .collect(),
+        )
+    }
+
+    pub fn get(&self, path: &str) -> Option<&Arc<Target>> {
+        self.0.iter().find(|t| t.route.path == path)
+    }
+}
+
+/// What every cell shares.
+pub struct Services {
+    pub sealer: Arc<Sealer>,
+    pub metrics: Metrics,
+    /// This replica's name in sealed tokens.
+    pub instance: String,
+    /// Cluster mode: how to reach the replica that owns a paused call.
+    pub cluster: Option<crate::cluster::Forwarder>,
+    /// SSE keep-alive interval on the client side.
+    pub keepalive: Duration,
+    /// Long-lived client streams (listen, a legacy session's GET stream).
+    pub listen_slots: Arc<tokio::sync::Semaphore>,
+    /// Fires when draining starts: long-lived streams end so that clients
+    /// reconnect elsewhere.
+    pub draining: CancellationToken,
+    /// Fires at shutdown.
+    pub shutdown: CancellationToken,
+}
+
+impl Services {
+    pub fn new(config: &Config, metrics: Metrics, shutdown: CancellationToken) -> Services {
+        Services {
+            sealer: Arc::new(Sealer::new(config.keys.clone())),
+            metrics,
+            instance: config.cluster.as_ref().map(|c| c.instance_id.clone()).unwrap_or_else(random_id),
+            cluster: config.cluster.as_ref().map(|c| {
+                // A forwarded retry may take as long as a direct one.
+                let timeout = config.routes.iter().map(|r| r.upstream.call_timeout).max().unwrap_or_default();
+                crate::cluster::Forwarder::new(c, timeout)
+            }),
+            keepalive: config.keepalive_interval,
+            listen_slots: Arc::new(tokio::sync::Semaphore::new(config.limits.max_listen_streams)),
+            draining: CancellationToken::new(),
+            shutdown,
+        }
+    }
+}
+
+impl Services {
+    /// Counts one finished client request and its duration.
+    pub fn count(
+        &self,
+        route: &str,
+        generation: Generation,
+        method: &'static str,
+        outcome: &'static str,
+        started: std::time::Instant,
+    ) {
+        use crate::metrics::{MethodLabels, RequestLabels};
+        let labels =
+            RequestLabels { route: route.to_string(), method, generation: generation.as_str(), outcome };
+        self.metrics.requests.get_or_create(&labels).inc();
+        self.metrics
+            .request_duration
+            .get_or_create(&MethodLabels { route: route.to_string(), method: method.into() })
+            .observe(started.elapsed().as_secs_f64());
+        tracing::debug!(
+            target: "sessionless::access",
+            route,
+            generation = generation.as_str(),
+            method,
+            outcome,
+            micros = started.elapsed().as_micros() as u64,
+            "request"
+        );
+    }
+}
+
+/// Who is calling, as far as upstream sessions and sealed tokens are concerned.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// Digest of the bearer token, or "anonymous".
+    pub principal: String,
+    /// The request's headers. Only the MCP ones ([`Caller::is_mcp_header`])
+    /// ever leave the gateway (to the replica owning a flow, or relayed to
+    /// a legacy upstream); credentials never do.
+    pub headers: HeaderMap,
+    /// The request body as received (a retry forwarded to its owner replica
+    /// carries it unchanged).
+    pub body: bytes::Bytes,
+    /// Received from another replica (signed, and admitted as the retry of
+    /// a call paused here): only ever resumes that call; never forwarded
+    /// again, never run as a new call.
+    pub forwarded: bool,
+}
+
+impl Caller {
+    /// Headers that describe the MCP request (`MCP-Protocol-Version`,
+    /// `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`), `Content-Type` and `Accept`;
+    /// never credentials, never a stale `Mcp-Session-Id`.
+    pub fn is_mcp_header(name: &http::HeaderName) -> bool {
+        let k = name.as_str();
+        (k.starts_with("mcp-") && k != "mcp-session-id") || k == "content-type" || k == "accept"
+    }
+
+    /// The headers of `all` that describe the MCP request.
+    pub fn mcp_headers(all: &HeaderMap) -> HeaderMap {
+        all.iter().filter(|(k, _)| Self::is_mcp_header(k)).map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+}
+
+/// 128 random bits, hex: flow ids and instance ids.
+pub(crate) fn random_id() -> String {
+    let mut b = [0u8; 16];
+    rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut b);
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Caller;
+
+    #[test]
+    fn only_mcp_headers_leave_the_gateway() {
+        for (name, leaves) in [
+            ("mcp-method", true),
+            ("mcp-param-region", true),
+            ("mcp-protocol-version", true),
+            ("content-type", true),
+            ("accept", true),
+            ("mcp-session-id", false),
+            ("authorization", false),
+            ("cookie", false),
+            ("x-api-key", false),
+        ] {
+            let name = http::HeaderName::from_static(name);
+            assert_eq!(Caller::is_mcp_header(&name), leaves, "{name}");
+        }
+    }
+}

@@ -21,7 +21,7 @@ use hyper_util::rt::TokioExecutor;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
-use crate::bridge::legacy::Caller;
+use crate::bridge::Caller;
 use crate::config::Cluster;
 use crate::metrics::RefusedLabels;
 use crate::reply::{Body, BoxError};

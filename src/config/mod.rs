@@ -34,6 +34,16 @@ pub struct Config {
     pub limits: Limits,
     pub keys: Vec<SealKey>,
     pub cluster: Option<Cluster>,
+    pub legacy: LegacyClients,
+}
+
+/// Legacy (2025 session) clients: their session tokens and how fast they
+/// may open sessions.
+#[derive(Debug, Clone)]
+pub struct LegacyClients {
+    pub session_ttl: Duration,
+    pub max_new_sessions_per_minute: u32,
+    pub max_new_sessions_per_principal_per_minute: u32,
 }
 
 /// Cluster mode: who this replica is and how replicas reach each other.
@@ -300,6 +310,15 @@ fn validate(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
             parked_flow_ttl: ms(raw.limits.parked_flow_ttl_ms, 300_000),
             max_parked_flows_per_principal: raw.limits.max_parked_flows_per_principal.unwrap_or(100).max(1),
             max_sessions_per_principal: raw.limits.max_sessions_per_principal.unwrap_or(32).max(1),
+        },
+        legacy: LegacyClients {
+            session_ttl: ms(raw.legacy.session_ttl_ms, 86_400_000).max(Duration::from_secs(1)),
+            max_new_sessions_per_minute: raw.legacy.max_new_sessions_per_minute.unwrap_or(6000).max(1),
+            max_new_sessions_per_principal_per_minute: raw
+                .legacy
+                .max_new_sessions_per_principal_per_minute
+                .unwrap_or(120)
+                .max(1),
         },
         cluster: raw.cluster.as_ref().map(|c| cluster(c, text, &raw.keys)).transpose()?,
         keys: raw.keys.iter().map(|k| load_key(k, text)).collect::<Result<_, _>>()?,

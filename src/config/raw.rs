@@ -19,6 +19,9 @@ pub struct RawConfig {
     pub limits: RawLimits,
     #[serde(default)]
     pub keys: Vec<RawKey>,
+    /// Legacy (2025 session) clients.
+    #[serde(default)]
+    pub legacy: RawLegacy,
     /// Cluster mode: replicas forward retries to the replica holding the flow.
     pub cluster: Option<RawCluster>,
     /// Client authentication: not supported yet.
@@ -119,6 +122,17 @@ pub struct RawLimits {
     pub max_sessions_per_principal: Option<usize>,
     /// Open client connections; over it the gateway stops accepting.
     pub max_connections: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLegacy {
+    /// How long a legacy client's session id (a sealed token) stays valid.
+    pub session_ttl_ms: Option<u64>,
+    /// New legacy sessions per minute, on this replica.
+    pub max_new_sessions_per_minute: Option<u32>,
+    /// New legacy sessions per minute one principal may open, on this replica.
+    pub max_new_sessions_per_principal_per_minute: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -2,6 +2,7 @@
 //! MCP headers against the body, checks `_meta`, the version and the method, and
 //! yields a typed [`Call`] (or a notification to acknowledge).
 
+pub mod generation;
 pub mod headers;
 mod meta;
 

@@ -2,11 +2,9 @@
 
 mod call;
 mod cursor;
-mod event_limit;
 mod flow;
 #[cfg(feature = "fuzzing")]
 pub(crate) mod fuzzing;
-mod h1;
 mod listen;
 mod mrtr;
 mod pool;
@@ -14,89 +12,48 @@ mod session;
 mod state;
 mod tool_headers;
 mod translate;
-mod transport;
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use dashmap::DashMap;
-use http::{HeaderMap, StatusCode};
+use http::StatusCode;
 use serde_json::{json, Value};
 
+use super::{Caller, Services, Target};
 use crate::config::{Config, Route};
 use crate::error::{error_body, Error};
 use crate::front::{Call, Method, SUPPORTED_VERSIONS};
 use crate::metrics::Metrics;
 use crate::park::ParkingLot;
 use crate::reply::Reply;
-use crate::seal::Sealer;
+use crate::upstream::transport::{PostError, SessionWire, Transport};
 use call::{Done, InFlight};
 use flow::Resumed;
 use mrtr::ParkedFlow;
 use pool::Exclusive;
 pub use pool::Pool;
 use session::{legacy_capabilities, PoolKey, Session};
-use transport::{PostError, SessionWire, Transport};
 
 /// One request on its way through the bridge: the resolved route, the call, the caller.
 #[derive(Clone, Copy)]
 struct Ctx<'a> {
     route: &'a Route,
+    upstream: &'a Transport,
     call: &'a Call,
     caller: &'a Caller,
 }
 
-/// Who is calling, as far as the upstream session pool is concerned.
-#[derive(Debug, Clone)]
-pub struct Caller {
-    /// Digest of the bearer token, or "anonymous".
-    pub principal: String,
-    /// The request's headers. Only the MCP ones ([`Caller::is_mcp_header`])
-    /// ever leave the gateway (to the replica owning a flow); none go upstream.
-    pub headers: HeaderMap,
-    /// The request body as received (a retry forwarded to its owner replica
-    /// carries it unchanged).
-    pub body: bytes::Bytes,
-    /// Received from another replica (signed, and admitted as the retry of
-    /// a call paused here): only ever resumes that call; never forwarded
-    /// again, never run as a new call.
-    pub forwarded: bool,
-}
-
-impl Caller {
-    /// Headers that describe the MCP request (`MCP-Protocol-Version`,
-    /// `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`), `Content-Type` and `Accept`;
-    /// never credentials, never a stale `Mcp-Session-Id`.
-    pub fn is_mcp_header(name: &http::HeaderName) -> bool {
-        let k = name.as_str();
-        (k.starts_with("mcp-") && k != "mcp-session-id") || k == "content-type" || k == "accept"
-    }
-
-    /// The headers of `all` that describe the MCP request.
-    pub fn mcp_headers(all: &HeaderMap) -> HeaderMap {
-        all.iter().filter(|(k, _)| Self::is_mcp_header(k)).map(|(k, v)| (k.clone(), v.clone())).collect()
-    }
-}
-
-pub struct Legacy {
+/// Modern (2026-07-28) clients on legacy upstreams: calls run on pooled
+/// sessions, questions become `input_required` rounds, paused calls park here.
+pub struct Bridge {
+    services: Arc<Services>,
     pool: Arc<Pool>,
-    transports: HashMap<String, Transport>,
     /// (route, capabilities) → when fetched, `InitializeResult`.
     discover: DashMap<(String, String), (Instant, Arc<Value>)>,
     tool_headers: tool_headers::Cache,
-    sealer: Arc<Sealer>,
-    metrics: Metrics,
-    keepalive: Duration,
-    listen_slots: Arc<tokio::sync::Semaphore>,
-    /// Fires at shutdown: ends listen streams.
-    shutdown: tokio_util::sync::CancellationToken,
     /// Calls paused on questions for the user, by flow id.
     parked: ParkingLot<ParkedFlow>,
-    /// This replica's name in `requestState`.
-    instance: String,
-    /// Cluster mode: how to reach the replica that owns a flow.
-    cluster: Option<crate::cluster::Forwarder>,
     /// Flows taken out of the parking lot by a retry still being served.
     resuming: std::sync::atomic::AtomicUsize,
 }
@@ -116,52 +73,24 @@ pub(crate) fn map_post_error(e: PostError, sent: bool) -> Error {
     }
 }
 
-impl Legacy {
-    pub fn new(
-        config: &Config,
-        sealer: Arc<Sealer>,
-        metrics: Metrics,
-        shutdown: tokio_util::sync::CancellationToken,
-    ) -> Legacy {
-        let transports = config
-            .routes
-            .iter()
-            .map(|r| {
-                let t = Transport::new(
-                    r.upstream.clone(),
-                    config.limits.max_upstream_response_bytes,
-                    metrics.clone(),
-                    r.path.clone(),
-                );
-                (r.path.clone(), t)
-            })
-            .collect();
-        Legacy {
+impl Bridge {
+    pub fn new(config: &Config, services: Arc<Services>) -> Bridge {
+        let metrics = services.metrics.clone();
+        Bridge {
             pool: Arc::new(Pool::new(
                 config.pool.max_sessions,
                 config.limits.max_sessions_per_principal,
                 config.pool.idle_timeout,
-                metrics.clone(),
+                metrics,
             )),
-            transports,
+            services,
             discover: DashMap::new(),
             tool_headers: tool_headers::Cache::default(),
-            sealer,
-            metrics,
-            keepalive: config.keepalive_interval,
-            listen_slots: Arc::new(tokio::sync::Semaphore::new(config.limits.max_listen_streams)),
-            shutdown,
             parked: ParkingLot::new(
                 config.limits.max_parked_flows,
                 config.limits.max_parked_flows_per_principal,
                 config.limits.parked_flow_ttl,
             ),
-            instance: config.cluster.as_ref().map(|c| c.instance_id.clone()).unwrap_or_else(random_id),
-            cluster: config.cluster.as_ref().map(|c| {
-                // A forwarded retry may take as long as a direct one.
-                let timeout = config.routes.iter().map(|r| r.upstream.call_timeout).max().unwrap_or_default();
-                crate::cluster::Forwarder::new(c, timeout)
-            }),
             resuming: std::sync::atomic::AtomicUsize::new(0),
         }
     }
@@ -187,19 +116,19 @@ impl Legacy {
 
     /// Serves one call to the end, writing its answer to `reply`.
     /// Returns the outcome label for metrics.
-    pub async fn serve(
-        &self,
-        route: Arc<Route>,
-        call: Call,
-        caller: Caller,
-        mut reply: Reply,
-    ) -> &'static str {
+    pub async fn serve(&self, target: &Target, call: Call, caller: Caller, mut reply: Reply) -> &'static str {
+        let (route, upstream) = (&*target.route, &target.upstream);
         let done = match call.method {
             // Rare paths are boxed: the common path's future stays small
             // (it is moved into a box for every request, and kept while parked).
-            Method::Discover => Box::pin(self.discover(&route, &call, &caller)).await,
-            Method::SubscriptionsListen => return Box::pin(self.listen(&route, &call, &caller, reply)).await,
-            _ => self.try_forward(&route, &call, &caller, &mut reply).await.unwrap_or_else(Done::Failed),
+            Method::Discover => Box::pin(self.discover(route, upstream, &call, &caller)).await,
+            Method::SubscriptionsListen => {
+                return Box::pin(self.listen(route, upstream, &call, &caller, reply)).await
+            }
+            _ => self
+                .try_forward(route, upstream, &call, &caller, &mut reply)
+                .await
+                .unwrap_or_else(Done::Failed),
         };
         let (status, body, outcome) = match done {
             Done::Result(result) => {
@@ -233,14 +162,14 @@ impl Legacy {
         outcome
     }
 
-    async fn discover(&self, route: &Route, call: &Call, caller: &Caller) -> Done {
+    async fn discover(&self, route: &Route, upstream: &Transport, call: &Call, caller: &Caller) -> Done {
         let key = Self::key(route, call, caller);
         let cache_key = (route.path.clone(), key.capabilities.clone());
         let cached =
             self.discover.get(&cache_key).filter(|e| e.0.elapsed() < route.discover_ttl).map(|e| e.1.clone());
         let init = match cached {
             Some(init) => init,
-            None => match self.pool.acquire(&self.transports[&route.path], &key).await {
+            None => match self.pool.acquire(upstream, &key).await {
                 Ok(session) => {
                     self.discover.insert(cache_key, (Instant::now(), session.init.clone()));
                     session.init.clone()
@@ -271,12 +200,13 @@ impl Legacy {
     async fn try_forward(
         &self,
         route: &Route,
+        upstream: &Transport,
         call: &Call,
         caller: &Caller,
         reply: &mut Reply,
     ) -> Result<Done, Error> {
         mrtr::check_responses_shape(&call.params)?;
-        let cx = Ctx { route, call, caller };
+        let cx = Ctx { route, upstream, call, caller };
         let mut book = None;
         if let Some(blob) = call.params.get("requestState") {
             match Box::pin(self.resume(cx, blob, reply)).await? {
@@ -291,9 +221,9 @@ impl Legacy {
         }
         let replay = route.replays(call.name.as_deref().filter(|_| call.method == Method::ToolsCall));
         let book = book.unwrap_or_default();
-        let transport = &self.transports[&route.path];
+        let transport = upstream;
         let key = Self::key(route, call, caller);
-        let pinned = cursor::open(&self.sealer, route, call, caller)?;
+        let pinned = cursor::open(&self.services.sealer, route, call, caller)?;
         let (mut session, mut exclusive) = self.session_for(transport, &key, call).await?;
         if call.method == Method::ToolsCall {
             self.tool_headers.check(&session, call, caller, route.upstream.response_timeout).await?;
@@ -320,9 +250,9 @@ impl Legacy {
                 wire: &wire,
                 upstream_id,
                 progress_token: token.clone(),
-                keepalive: self.keepalive,
+                keepalive: self.services.keepalive,
                 deadline,
-                metrics: &self.metrics,
+                metrics: &self.services.metrics,
             };
             let posted = match call::post_call(&flight, &request, reply).await {
                 Ok(posted) => posted,
@@ -332,9 +262,7 @@ impl Legacy {
                 Ok((answer, _)) => {
                     let (questions, stream) = match call::read_answer(&flight, answer, get, reply).await {
                         (Done::Input(questions), Some(stream)) => (questions, stream),
-                        (done, _) => {
-                            return Ok(self.shape(Ctx { route, call, caller }, &session, &wire, done))
-                        }
+                        (done, _) => return Ok(self.shape(cx, &session, &wire, done)),
                     };
                     let flow = ParkedFlow {
                         session: session.clone(),
@@ -361,7 +289,11 @@ impl Legacy {
                     if exclusive.is_none() {
                         self.pool.invalidate(&session);
                     }
-                    self.metrics.sessions_reinitialized.get_or_create(&Metrics::route(&route.path)).inc();
+                    self.services
+                        .metrics
+                        .sessions_reinitialized
+                        .get_or_create(&Metrics::route(&route.path))
+                        .inc();
                     (session, exclusive) = self.session_for(transport, &key, call).await?;
                 }
                 Err(PostError::NotSent) if !retried => {}
@@ -397,7 +329,7 @@ impl Legacy {
             other => return other,
         };
         if let Some(Value::String(next)) = result.get("nextCursor") {
-            let sealed = cursor::seal(&self.sealer, cx.route, cx.call, cx.caller, wire, next);
+            let sealed = cursor::seal(&self.services.sealer, cx.route, cx.call, cx.caller, wire, next);
             result.insert("nextCursor".into(), Value::String(sealed));
         }
         if cx.call.method == Method::ToolsList && !cx.call.params.contains_key("cursor") {
@@ -416,34 +348,4 @@ fn result_response(id: &Value, result: &str) -> Vec<u8> {
     out.extend_from_slice(result.as_bytes());
     out.push(b'}');
     out
-}
-
-/// 128 random bits, hex: flow ids and instance ids.
-fn random_id() -> String {
-    let mut b = [0u8; 16];
-    rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut b);
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Caller;
-
-    #[test]
-    fn only_mcp_headers_leave_the_gateway() {
-        for (name, leaves) in [
-            ("mcp-method", true),
-            ("mcp-param-region", true),
-            ("mcp-protocol-version", true),
-            ("content-type", true),
-            ("accept", true),
-            ("mcp-session-id", false),
-            ("authorization", false),
-            ("cookie", false),
-            ("x-api-key", false),
-        ] {
-            let name = http::HeaderName::from_static(name);
-            assert_eq!(Caller::is_mcp_header(&name), leaves, "{name}");
-        }
-    }
 }

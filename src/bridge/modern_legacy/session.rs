@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use super::transport::{PostError, Reply, SessionWire, Transport};
 use crate::config::LEGACY_VERSIONS;
+use crate::upstream::transport::{PostError, Reply, SessionWire, Transport};
 
 /// What a session was opened with: legacy capabilities are fixed per session,
 /// so a modern request's declared capabilities pick its session.
@@ -87,7 +87,7 @@ impl Session {
             transport.post(&SessionWire::default(), &request).await.map_err(InitError::Post)?;
         let response = match reply {
             Reply::Json(v) => v,
-            Reply::Result { id, result } => super::transport::result_message(id, &result),
+            Reply::Result { id, result } => crate::upstream::transport::result_message(id, &result),
             Reply::Stream(mut s) => loop {
                 match s.next().await {
                     Ok(v) if v.get("id") == Some(&json!(0)) => break v,

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::call::{respond_upstream, simple_request};
 use super::session::Session;
-use super::{Caller, Legacy};
+use super::{Bridge, Caller};
 use crate::config::Route;
 use crate::error::error_body;
 use crate::error::Error;
@@ -112,10 +112,11 @@ fn tagged(mut msg: Value, id: &Value) -> Value {
     msg
 }
 
-impl Legacy {
+impl Bridge {
     pub(super) async fn listen(
         &self,
         route: &Route,
+        upstream: &crate::upstream::Transport,
         call: &Call,
         caller: &Caller,
         mut reply: Reply,
@@ -124,15 +125,16 @@ impl Legacy {
             Ok(f) => f,
             Err(e) => return fail(reply, call, e).await,
         };
-        let Ok(_permit) = self.listen_slots.clone().try_acquire_owned() else {
+        let Ok(_permit) = self.services.listen_slots.clone().try_acquire_owned() else {
             return fail(reply, call, Error::Overloaded).await;
         };
-        let transport = &self.transports[&route.path];
+        let transport = upstream;
         let session = match self.pool.open_exclusive(transport, Self::key(route, call, caller)).await {
             Ok(s) => s,
             Err(e) => return fail(reply, call, e).await,
         };
-        let gauge = self.metrics.listen_streams_open.get_or_create(&Metrics::route(&route.path)).clone();
+        let gauge =
+            self.services.metrics.listen_streams_open.get_or_create(&Metrics::route(&route.path)).clone();
         gauge.inc();
         let outcome = self.run_listen(route, call, &session, filter, &mut reply).await;
         gauge.dec();
@@ -177,7 +179,8 @@ impl Legacy {
         if reply.event(&ack).await.is_err() {
             return "cancelled";
         }
-        let mut keepalive = tokio::time::interval_at(Instant::now() + self.keepalive, self.keepalive);
+        let mut keepalive =
+            tokio::time::interval_at(Instant::now() + self.services.keepalive, self.services.keepalive);
         loop {
             let next = async {
                 match stream.as_mut() {
@@ -186,7 +189,7 @@ impl Legacy {
                 }
             };
             tokio::select! {
-                _ = self.shutdown.cancelled() => return "ok",
+                _ = self.services.shutdown.cancelled() => return "ok",
                 _ = reply.closed() => return "cancelled",
                 _ = keepalive.tick() => {
                     if reply.keepalive().await.is_err() { return "cancelled"; }

@@ -9,11 +9,12 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::state::{self, Expect, FlowState};
-use super::transport::SessionWire;
-use super::{cursor, h1, Caller};
+use super::{cursor, Caller};
 use crate::config::{Config, Route, SealKey};
 use crate::front::{Call, Message};
 use crate::seal::Sealer;
+use crate::upstream::h1;
+use crate::upstream::transport::SessionWire;
 
 /// A response as the h1 client read it, body and all.
 pub struct H1Response {
@@ -31,7 +32,7 @@ where
 {
     static CLIENT: OnceLock<h1::Client> = OnceLock::new();
     let client = CLIENT.get_or_init(|| {
-        let tls = Arc::new(super::transport::rustls_config());
+        let tls = Arc::new(crate::upstream::transport::rustls_config());
         let settings = h1::Settings {
             connect_timeout: Duration::from_secs(1),
             idle_timeout: Duration::ZERO,

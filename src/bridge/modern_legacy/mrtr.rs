@@ -10,8 +10,8 @@ use serde_json::{json, Map, Value};
 
 use super::pool::Exclusive;
 use super::session::Session;
-use super::transport::{SessionWire, Streams};
 use crate::error::Error;
+use crate::upstream::transport::{SessionWire, Streams};
 
 /// The methods an upstream may ask during a call that MRTR can carry.
 pub fn is_question(method: &str) -> bool {

@@ -10,11 +10,11 @@ use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
 use super::session::Session;
-use super::transport::{EventStream, PostError, Reply as UpReply, SessionWire, StreamEnd, Streams};
 use crate::error::Error;
 use crate::front::{Call, LogLevel};
 use crate::metrics::{MethodLabels, Metrics};
 use crate::reply::Reply;
+use crate::upstream::transport::{EventStream, PostError, Reply as UpReply, SessionWire, StreamEnd, Streams};
 
 /// How a forwarded call ended.
 pub enum Done {
@@ -24,7 +24,7 @@ pub enum Done {
     Cancelled,
     /// The upstream's result as JSON text, not yet shaped for the client.
     Raw(Box<RawValue>),
-    /// The modern result as JSON text, shaped ([`super::Legacy::shape`]).
+    /// The modern result as JSON text, shaped ([`super::Bridge::shape`]).
     Text(String),
     /// The upstream asked questions the client must answer (JSON-RPC requests,
     /// as the upstream sent them); the stream is paused, not finished.
@@ -149,7 +149,7 @@ pub async fn read_answer(
 ) -> (Done, Option<Streams>) {
     let msg = match answer {
         UpReply::Result { id, result } if id == flight.upstream_id => return (Done::Raw(result), None),
-        UpReply::Result { id, result } => super::transport::result_message(id, &result),
+        UpReply::Result { id, result } => crate::upstream::transport::result_message(id, &result),
         UpReply::Json(msg) => msg,
         UpReply::Accepted => return (Done::Failed(Error::UpstreamInvalid("202 to a request")), None),
         UpReply::Stream(post) => {
@@ -427,7 +427,7 @@ pub async fn simple_request(
         let done = match answer {
             UpReply::Json(msg) => json_answer(msg, id),
             UpReply::Result { id: got, result } => {
-                json_answer(super::transport::result_message(got, &result), id)
+                json_answer(crate::upstream::transport::result_message(got, &result), id)
             }
             UpReply::Accepted => None,
             UpReply::Stream(mut stream) => loop {

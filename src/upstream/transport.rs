@@ -89,8 +89,14 @@ impl Transport {
             .inc();
     }
 
-    /// Sends one request on `session`: the session headers, then `extra`.
-    async fn send(
+    /// The largest answer (or SSE event) read from this upstream.
+    pub fn max_response(&self) -> usize {
+        self.max_response
+    }
+
+    /// Sends one request on `session`: the session headers, then `extra`
+    /// (at most three); the raw answer once its head has arrived.
+    pub(crate) async fn send(
         &self,
         method: &str,
         session: &SessionWire,
@@ -163,7 +169,7 @@ impl Transport {
         if !content_type(&resp).starts_with("application/json") {
             return Err(if success { PostError::Invalid("content type") } else { PostError::Status(status) });
         }
-        let body = self.read_limited(resp.body).await?;
+        let body = self.read_body(resp.body).await?;
         // Whichever way it is read below, the tree is bounded (free under 1 MiB).
         if super::event_limit::too_many_values(&body, self.max_response) {
             return Err(PostError::TooLarge);
@@ -181,7 +187,8 @@ impl Transport {
         }
     }
 
-    async fn read_limited(&self, body: h1::Body) -> Result<Bytes, PostError> {
+    /// Reads a whole answer body under the size limit and the response timeout.
+    pub(crate) async fn read_body(&self, body: h1::Body) -> Result<Bytes, PostError> {
         let limited = Limited::new(body, self.max_response);
         match tokio::time::timeout(self.upstream.response_timeout, limited.collect()).await {
             Err(_) => Err(PostError::Timeout),
@@ -218,12 +225,12 @@ impl Transport {
             return;
         }
         if let Ok(resp) = self.send("DELETE", session, &[("accept", ACCEPT_BOTH)], b"").await {
-            let _ = self.read_limited(resp.body).await;
+            let _ = self.read_body(resp.body).await;
         }
     }
 }
 
-pub(super) fn rustls_config() -> rustls::ClientConfig {
+pub(crate) fn rustls_config() -> rustls::ClientConfig {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::OnceCell;
 
 use super::session::{InitError, PoolKey, Session};
-use super::transport::Transport;
 use crate::error::Error;
 use crate::metrics::{Metrics, QuotaLabels, ReasonLabels};
+use crate::upstream::transport::Transport;
 
 struct Slot {
     cell: OnceCell<Arc<Session>>,

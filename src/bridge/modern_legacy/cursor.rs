@@ -4,12 +4,12 @@
 
 use serde_json::{json, Value};
 
-use super::transport::SessionWire;
 use super::Caller;
 use crate::config::Route;
 use crate::error::Error;
 use crate::front::Call;
 use crate::seal::Sealer;
+use crate::upstream::transport::SessionWire;
 
 fn aad(route: &Route, call: &Call, caller: &Caller) -> Vec<u8> {
     format!("cursor\0{}\0{}\0{}", route.path, caller.principal, call.method.as_str()).into_bytes()

@@ -13,8 +13,7 @@ use serde_json::{json, Map, Value};
 use super::call::{self, Done, InFlight};
 use super::mrtr::{self, ParkedFlow};
 use super::session::Session;
-use super::transport::{SessionWire, Streams};
-use super::{state, translate, Ctx, Legacy};
+use super::{state, translate, Bridge, Ctx};
 use crate::cluster::{ForwardError, Refused};
 use crate::config::Route;
 use crate::error::Error;
@@ -22,6 +21,7 @@ use crate::front::Call;
 use crate::metrics::{MethodLabels, Metrics, QuotaLabels, ReasonLabels};
 use crate::park;
 use crate::reply::Reply;
+use crate::upstream::transport::{SessionWire, Streams};
 
 /// Longest time an abandoned flow's upstream stream is read after its
 /// questions were declined, so the upstream can finish its call cleanly.
@@ -42,16 +42,16 @@ pub(super) enum Resumed {
 
 impl ParkedFlow {
     /// Reads the upstream's stream on, for the call `cx` (the original or a retry).
-    async fn read_on(&mut self, legacy: &Legacy, cx: Ctx<'_>, reply: &mut Reply) -> Done {
+    async fn read_on(&mut self, legacy: &Bridge, cx: Ctx<'_>, reply: &mut Reply) -> Done {
         let flight = InFlight {
             call: cx.call,
             session: &self.session,
             wire: &self.wire,
             upstream_id: self.upstream_id,
             progress_token: self.progress_token.clone(),
-            keepalive: legacy.keepalive,
+            keepalive: legacy.services.keepalive,
             deadline: self.deadline,
-            metrics: &legacy.metrics,
+            metrics: &legacy.services.metrics,
         };
         call::read_stream(&flight, &mut self.stream, reply).await
     }
@@ -103,9 +103,10 @@ impl ParkedFlow {
     }
 }
 
-impl Legacy {
+impl Bridge {
     fn rejected(&self, cx: Ctx<'_>, why: state::Rejected) -> Error {
-        self.metrics
+        self.services
+            .metrics
             .request_state_rejected
             .get_or_create(&ReasonLabels { route: cx.route.path.clone(), reason: why.reason() })
             .inc();
@@ -113,7 +114,7 @@ impl Legacy {
     }
 
     fn count_parked(&self) {
-        self.metrics.parked_flows_open.set(self.parked.len() as i64);
+        self.services.metrics.parked_flows_open.set(self.parked.len() as i64);
     }
 
     /// Opens a retry's `requestState` and acts on it. Nothing is sent upstream
@@ -138,10 +139,10 @@ impl Legacy {
             params_digest: &digest,
             now_ms: state::now_ms(),
         };
-        let st = state::open(&self.sealer, blob, &expect).map_err(|why| self.rejected(cx, why))?;
+        let st = state::open(&self.services.sealer, blob, &expect).map_err(|why| self.rejected(cx, why))?;
         if cx.caller.forwarded {
             // Admitted by `admit_forwarded`: a flow parked here, nothing else.
-            if st.re || st.ans.is_some() || st.own != self.instance {
+            if st.re || st.ans.is_some() || st.own != self.services.instance {
                 return Err(self.rejected(cx, state::Rejected::Invalid));
             }
             return self.resume_here(cx, st, reply).await.map(Resumed::Done);
@@ -154,7 +155,7 @@ impl Legacy {
             book.extend(mrtr::answers_by_key(st.k.keys(), &cx.call.params)?);
             return Ok(Resumed::Replay(book));
         }
-        if st.own != self.instance {
+        if st.own != self.services.instance {
             return self.resume_elsewhere(cx, &st, reply).await.map(Resumed::Done);
         }
         self.resume_here(cx, st, reply).await.map(Resumed::Done)
@@ -164,7 +165,7 @@ impl Legacy {
     /// forwarded request must be the retry of a call paused on this replica
     /// (a park-mode `requestState` that opens, owned by this instance at this
     /// address) for the signed principal. Expiry, arguments and whether the
-    /// flow is still parked are left to [`Legacy::resume`], whose answers to
+    /// flow is still parked are left to [`Bridge::resume`], whose answers to
     /// those are the client's.
     pub fn admit_forwarded(&self, route: &Route, call: &Call, principal: &str) -> Result<(), Refused> {
         let Some(Value::String(blob)) = call.params.get("requestState") else {
@@ -173,7 +174,7 @@ impl Legacy {
         if !call.method.allows_input() {
             return Err(Refused::NotARetry);
         }
-        let st = state::peek(&self.sealer, blob, &route.path, call.method.as_str())
+        let st = state::peek(&self.services.sealer, blob, &route.path, call.method.as_str())
             .map_err(|_| Refused::NotARetry)?;
         if st.re || st.ans.is_some() {
             return Err(Refused::NotARetry);
@@ -181,8 +182,8 @@ impl Legacy {
         if st.p != principal {
             return Err(Refused::WrongPrincipal);
         }
-        let here = self.cluster.as_ref().map(|c| c.advertise());
-        if st.own != self.instance || st.oa.is_none() || st.oa.as_deref() != here {
+        let here = self.services.cluster.as_ref().map(|c| c.advertise());
+        if st.own != self.services.instance || st.oa.is_none() || st.oa.as_deref() != here {
             return Err(Refused::NotOwner);
         }
         Ok(())
@@ -224,7 +225,7 @@ impl Legacy {
         st: &state::FlowState,
         reply: &mut Reply,
     ) -> Result<Done, Error> {
-        if let (Some(owner), Some(cluster), false) = (&st.oa, &self.cluster, cx.caller.forwarded) {
+        if let (Some(owner), Some(cluster), false) = (&st.oa, &self.services.cluster, cx.caller.forwarded) {
             let forward = cluster.forward(
                 owner,
                 &cx.route.path,
@@ -271,7 +272,7 @@ impl Legacy {
             // The questions themselves were held by the owner: they cannot be asked again.
             return Err(self.rejected(cx, state::Rejected::FlowLost));
         }
-        let transport = &self.transports[&cx.route.path];
+        let transport = cx.upstream;
         let wire = SessionWire { id: st.sid.clone(), version: st.ver.clone() };
         // Answers first, then the resumption: a server that keeps events (the
         // TypeScript SDK's event store) stores what the call sends after the
@@ -316,7 +317,7 @@ impl Legacy {
     /// flow's first expiry.
     fn put_back(&self, id: String, owner: &str, flow: ParkedFlow, expires: tokio::time::Instant) {
         if let Err((flow, _)) = self.parked.park_until(id, owner, flow, expires) {
-            tokio::spawn(flow.abandon(self.metrics.clone()));
+            tokio::spawn(flow.abandon(self.services.metrics.clone()));
         }
         self.count_parked();
     }
@@ -354,7 +355,7 @@ impl Legacy {
                     }
                 }
             }
-            flow.decline_pending(&self.metrics).await;
+            flow.decline_pending(&self.services.metrics).await;
             done = flow.read_on(self, cx, reply).await;
         }
     }
@@ -365,10 +366,14 @@ impl Legacy {
             park::Refused::Full => "parked_flows",
             park::Refused::Closed => return,
         };
-        self.metrics.quota_exceeded.get_or_create(&QuotaLabels { route: cx.route.path.clone(), quota }).inc();
+        self.services
+            .metrics
+            .quota_exceeded
+            .get_or_create(&QuotaLabels { route: cx.route.path.clone(), quota })
+            .inc();
     }
 
-    /// Replay mode's counterpart of [`Legacy::conclude`]: questions already
+    /// Replay mode's counterpart of [`Bridge::conclude`]: questions already
     /// answered in `book` are answered at once; a new question ends the run
     /// (declined upstream, call cancelled) with a round whose sealed state
     /// carries every answer so far. Nothing is parked.
@@ -395,16 +400,16 @@ impl Legacy {
                 continue;
             }
             let result = self.replay_round(cx, &flow, book);
-            flow.decline_pending(&self.metrics).await;
+            flow.decline_pending(&self.services.metrics).await;
             let flight = InFlight {
                 call: cx.call,
                 session: &flow.session,
                 wire: &flow.wire,
                 upstream_id: flow.upstream_id,
                 progress_token: None,
-                keepalive: self.keepalive,
+                keepalive: self.services.keepalive,
                 deadline: flow.deadline,
-                metrics: &self.metrics,
+                metrics: &self.services.metrics,
             };
             call::cancel(&flight, "replay mode: the call runs again on the retry");
             return Done::Result(result);
@@ -417,13 +422,17 @@ impl Legacy {
         flow: &ParkedFlow,
         book: &BTreeMap<String, Value>,
     ) -> Map<String, Value> {
-        let mut st = self.new_state(cx, flow, super::random_id(), cx.route.replay_ttl);
+        let mut st = self.new_state(cx, flow, crate::bridge::random_id(), cx.route.replay_ttl);
         st.k = flow.pending.keys().map(|k| (k.clone(), Value::Null)).collect();
         st.ans = Some(book.clone());
         st.uid = None;
         st.ev = None;
         self.count_round(cx);
-        translate::input_required(&flow.session.init, flow.input_requests(), state::seal(&self.sealer, &st))
+        translate::input_required(
+            &flow.session.init,
+            flow.input_requests(),
+            state::seal(&self.services.sealer, &st),
+        )
     }
 
     /// The sealed state for `flow`'s current round.
@@ -433,8 +442,8 @@ impl Legacy {
             r: cx.route.path.clone(),
             sid: flow.wire.id.clone(),
             ver: flow.wire.version.clone(),
-            own: self.instance.clone(),
-            oa: self.cluster.as_ref().map(|c| c.advertise().to_string()),
+            own: self.services.instance.clone(),
+            oa: self.services.cluster.as_ref().map(|c| c.advertise().to_string()),
             uid: Some(flow.upstream_id),
             ev: flow.stream.post.last_event_id().map(str::to_string),
             f: id,
@@ -452,7 +461,8 @@ impl Legacy {
     }
 
     fn count_round(&self, cx: Ctx<'_>) {
-        self.metrics
+        self.services
+            .metrics
             .mrtr_rounds
             .get_or_create(&MethodLabels {
                 route: cx.route.path.clone(),
@@ -473,14 +483,14 @@ impl Legacy {
             return Err((Box::new(flow), why));
         }
         flow.round += 1;
-        let id = flow_id.unwrap_or_else(super::random_id);
+        let id = flow_id.unwrap_or_else(crate::bridge::random_id);
         let st = self.new_state(cx, &flow, id.clone(), self.parked.ttl());
         let requests = flow.input_requests();
         let init = flow.session.init.clone();
         self.parked.park(id, &cx.caller.principal, flow).map_err(|(flow, why)| (Box::new(flow), why))?;
         self.count_parked();
         self.count_round(cx);
-        Ok(translate::input_required(&init, requests, state::seal(&self.sealer, &st)))
+        Ok(translate::input_required(&init, requests, state::seal(&self.services.sealer, &st)))
     }
 
     /// A 2025-11-25 upstream's -32042 (URL elicitation required) as a round of
@@ -513,11 +523,11 @@ impl Legacy {
             r: cx.route.path.clone(),
             sid: None,
             ver: None,
-            own: self.instance.clone(),
+            own: self.services.instance.clone(),
             oa: None,
             uid: None,
             ev: None,
-            f: super::random_id(),
+            f: crate::bridge::random_id(),
             k: keys,
             p: cx.caller.principal.clone(),
             m: cx.call.method.as_str().to_string(),
@@ -530,7 +540,11 @@ impl Legacy {
             ans: None,
         };
         self.count_round(cx);
-        Done::Result(translate::input_required(init, Value::Object(requests), state::seal(&self.sealer, &st)))
+        Done::Result(translate::input_required(
+            init,
+            Value::Object(requests),
+            state::seal(&self.services.sealer, &st),
+        ))
     }
 
     /// Declines the questions of parked flows whose TTL passed, until shutdown;
@@ -550,8 +564,8 @@ impl Legacy {
             self.count_parked();
             for flow in expired {
                 let route = Metrics::route(&flow.session.key.route);
-                self.metrics.parked_flows_expired.get_or_create(&route).inc();
-                tokio::spawn(flow.abandon(self.metrics.clone()));
+                self.services.metrics.parked_flows_expired.get_or_create(&route).inc();
+                tokio::spawn(flow.abandon(self.services.metrics.clone()));
             }
         }
         self.parked.close();
@@ -564,7 +578,7 @@ impl Legacy {
             futures_util::stream::iter(left),
             ABANDON_CONCURRENCY,
             |mut f| {
-                let metrics = self.metrics.clone();
+                let metrics = self.services.metrics.clone();
                 async move { f.decline_pending(&metrics).await }
             },
         )

@@ -1,0 +1,560 @@
+//! Legacy (2025 session) clients on legacy upstreams: a relay (DESIGN §9).
+//!
+//! The client's `initialize` opens an upstream session of its own with the
+//! client's own params; the upstream's answer goes back with the upstream's
+//! session id swapped for a sealed token ([`token`]) naming route, instance,
+//! upstream session, version and principal. Every later request (POST, the
+//! GET stream, DELETE) opens the token, on any replica, and goes to that
+//! upstream session as sent: the upstream's JSON-RPC messages come back as
+//! they are, SSE event by event ([`stream`]). Only the session header is
+//! swapped, both ways; the client's credentials never leave the gateway.
+//! There is no session table: the upstream's own idle timeout ends sessions
+//! the client abandons. Bounded by the rate of new sessions (per principal
+//! and overall), body and event sizes, timeouts and the stream slots.
+
+mod quota;
+mod stream;
+pub mod token;
+
+use std::any::Any;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use super::{Caller, Generation, Services, Target};
+use crate::config::Config;
+use crate::error::{error_body, Error};
+use crate::front::headers::{LAST_EVENT_ID, PROTOCOL_VERSION, SESSION_ID};
+use crate::front::SUPPORTED_VERSIONS;
+use crate::metrics::{OpenedLabels, ReasonLabels};
+use crate::reply::{self, Body};
+use crate::upstream::{h1, PostError, SessionWire};
+use stream::Relay;
+use token::{Claims, Rejected};
+
+const ACCEPT_BOTH: &str = "application/json, text/event-stream";
+
+pub struct Bridge {
+    services: Arc<Services>,
+    session_ttl: Duration,
+    quota: quota::Creations,
+    max_body: usize,
+}
+
+/// What the relay reads of a client message: enough to answer errors with
+/// the right id and to label metrics; the message itself goes on untouched.
+#[derive(Debug)]
+struct Peeked {
+    /// The request id, when it is a single request with a usable id.
+    id: Option<Value>,
+    /// A bounded metrics label.
+    label: &'static str,
+    initialize: bool,
+}
+
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    jsonrpc: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    method: Option<std::borrow::Cow<'a, str>>,
+    result: Option<serde::de::IgnoredAny>,
+    error: Option<serde::de::IgnoredAny>,
+}
+
+impl Peeked {
+    fn of(body: &[u8], max_body: usize) -> Result<Peeked, Error> {
+        if crate::upstream::event_limit::too_many_values(body, max_body) || !stream::is_json_message(body) {
+            return Err(Error::Parse);
+        }
+        if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+            return Ok(Peeked { id: None, label: "batch", initialize: false });
+        }
+        let env: Envelope<'_> = serde_json::from_slice(body)
+            .map_err(|_| Error::InvalidRequest("not a JSON-RPC message".into()))?;
+        let id = env
+            .id
+            .filter(|raw| matches!(raw.get().as_bytes().first(), Some(b'"' | b'-' | b'0'..=b'9')))
+            .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok());
+        if env.jsonrpc.as_deref() != Some("2.0") {
+            return Err(Error::InvalidRequest("jsonrpc must be \"2.0\"".into()));
+        }
+        let label =
+            match (env.method.as_deref(), env.id.is_some(), env.result.is_some() || env.error.is_some()) {
+                (Some(m), true, false) => method_label(m),
+                (Some(_), false, false) => "notification",
+                (None, true, true) => "response",
+                _ => return Err(Error::InvalidRequest("not a request, notification or response".into())),
+            };
+        Ok(Peeked { initialize: label == "initialize", id: id.filter(|_| label != "response"), label })
+    }
+}
+
+/// Legacy request methods, as a bounded label.
+fn method_label(method: &str) -> &'static str {
+    const KNOWN: &[&str] = &[
+        "initialize",
+        "ping",
+        "tools/list",
+        "tools/call",
+        "prompts/list",
+        "prompts/get",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "completion/complete",
+        "logging/setLevel",
+        "tasks/get",
+        "tasks/result",
+        "tasks/list",
+        "tasks/cancel",
+    ];
+    KNOWN.iter().find(|k| **k == method).copied().unwrap_or("other")
+}
+
+/// The versions a client may ask for at `initialize`, as a bounded label.
+fn version_label(requested: Option<&str>) -> &'static str {
+    const KNOWN: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"];
+    match requested {
+        None => "none",
+        Some(v) => KNOWN.iter().find(|k| **k == v).copied().unwrap_or("other"),
+    }
+}
+
+impl Bridge {
+    pub fn new(config: &Config, services: Arc<Services>) -> Bridge {
+        if config.keys.is_empty() {
+            tracing::warn!(
+                "no sealing keys configured: legacy session ids (and requestState) do not survive a \
+                 restart and are not accepted by other replicas; configure [[keys]]"
+            );
+        }
+        Bridge {
+            services,
+            session_ttl: config.legacy.session_ttl,
+            quota: quota::Creations::new(
+                config.legacy.max_new_sessions_per_minute,
+                config.legacy.max_new_sessions_per_principal_per_minute,
+            ),
+            max_body: config.limits.max_body_bytes,
+        }
+    }
+
+    /// A legacy POST: `initialize` opens an upstream session; anything else
+    /// goes to the session its token names. `hold` lives as long as the answer.
+    pub async fn post(
+        &self,
+        target: &Target,
+        caller: Caller,
+        hold: Box<dyn Any + Send + Sync>,
+        started: Instant,
+    ) -> Response<Body> {
+        let (resp, label, outcome) = match Peeked::of(&caller.body, self.max_body) {
+            Err(e) => (self.error(None, &e), "invalid", e.reason()),
+            Ok(peek) => {
+                let done = if peek.initialize {
+                    self.initialize(target, &caller, &peek, hold).await
+                } else {
+                    self.relay_post(target, &caller, &peek, hold).await
+                };
+                match done {
+                    Ok(resp) => (resp, peek.label, "forwarded"),
+                    Err(e) => (self.error(peek.id.as_ref(), &e), peek.label, e.reason()),
+                }
+            }
+        };
+        self.services.count(&target.route.path, Generation::Legacy, label, outcome, started);
+        resp
+    }
+
+    /// GET (the session's standalone stream) and DELETE (ends the upstream session).
+    pub async fn session_verb(
+        &self,
+        target: &Target,
+        method: &http::Method,
+        caller: Caller,
+        started: Instant,
+    ) -> Response<Body> {
+        let get = method == http::Method::GET;
+        let label = if get { "GET" } else { "DELETE" };
+        let done = match self.session_verb_inner(target, get, &caller).await {
+            Ok(resp) => Ok(resp),
+            Err(e) if e.status() == StatusCode::METHOD_NOT_ALLOWED => {
+                let mut resp = self.error(None, &e);
+                resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST, GET, DELETE"));
+                self.services.count(&target.route.path, Generation::Legacy, label, e.reason(), started);
+                return resp;
+            }
+            Err(e) => Err(e),
+        };
+        let (resp, outcome) = match done {
+            Ok(resp) => (resp, "forwarded"),
+            Err(e) => (self.error(None, &e), e.reason()),
+        };
+        self.services.count(&target.route.path, Generation::Legacy, label, outcome, started);
+        resp
+    }
+
+    async fn session_verb_inner(
+        &self,
+        target: &Target,
+        get: bool,
+        caller: &Caller,
+    ) -> Result<Response<Body>, Error> {
+        if !caller.headers.contains_key(&SESSION_ID) {
+            return Err(Error::MethodNotAllowed);
+        }
+        let claims = self.session(target, caller)?;
+        let wire = wire(&claims, &caller.headers);
+        if !get {
+            let resp = self.send(target, "DELETE", &wire, &[("accept", ACCEPT_BOTH)], b"").await?;
+            let status = resp.status;
+            let _ = target.upstream.read_body(resp.body).await;
+            return match status {
+                200..=299 => Ok(reply::empty(StatusCode::OK)),
+                404 => Err(self.gone(target)),
+                405 => Err(Error::MethodNotAllowed),
+                _ => Err(Error::UpstreamInvalid("error status")),
+            };
+        }
+        let Ok(slot) = self.services.listen_slots.clone().try_acquire_owned() else {
+            return Err(Error::Overloaded);
+        };
+        let last = caller.headers.get(&LAST_EVENT_ID).and_then(|v| v.to_str().ok());
+        let resp = match last {
+            Some(last) => {
+                let extra = [("accept", "text/event-stream"), ("last-event-id", last)];
+                self.send(target, "GET", &wire, &extra, b"").await?
+            }
+            None => self.send(target, "GET", &wire, &[("accept", "text/event-stream")], b"").await?,
+        };
+        match resp.status {
+            200..=299 if is_sse(&resp) => {
+                let relay = Relay {
+                    events: Relay::events(resp.body, target.upstream.max_response()),
+                    keepalive: self.services.keepalive,
+                    deadline: None,
+                    // A draining replica ends its GET streams: the client
+                    // reconnects, through the balancer, to another replica.
+                    stop: self.services.draining.clone(),
+                    id: None,
+                    _hold: Box::new(slot),
+                };
+                Ok(relay.response(None))
+            }
+            404 => Err(self.gone(target)),
+            405 => Err(Error::MethodNotAllowed),
+            _ => self.json_answer(target, resp, None).await,
+        }
+    }
+
+    /// Opens a session for the client: its own `initialize`, relayed.
+    async fn initialize(
+        &self,
+        target: &Target,
+        caller: &Caller,
+        peek: &Peeked,
+        hold: Box<dyn Any + Send + Sync>,
+    ) -> Result<Response<Body>, Error> {
+        #[derive(Deserialize)]
+        struct Init<'a> {
+            #[serde(borrow)]
+            params: Option<InitParams<'a>>,
+        }
+        #[derive(Deserialize)]
+        struct InitParams<'a> {
+            #[serde(rename = "protocolVersion", borrow)]
+            version: Option<std::borrow::Cow<'a, str>>,
+        }
+        let requested = serde_json::from_slice::<Init<'_>>(&caller.body).ok().and_then(|i| i.params?.version);
+        if let Err(quota) = self.quota.admit(&caller.principal) {
+            self.services
+                .metrics
+                .quota_exceeded
+                .get_or_create(&crate::metrics::QuotaLabels { route: target.route.path.clone(), quota })
+                .inc();
+            return Err(Error::TooManyNewSessions);
+        }
+        let wire = SessionWire { id: None, version: client_version(&caller.headers) };
+        let resp = self.post_upstream(target, &wire, caller).await?;
+        if !(200..300).contains(&resp.status) {
+            return self.json_answer(target, resp, peek.id.as_ref()).await;
+        }
+        let upstream_session = resp.header("mcp-session-id").map(str::to_string);
+        if upstream_session
+            .as_ref()
+            .is_some_and(|s| s.len() > 1024 || !s.bytes().all(|b| (0x21..=0x7e).contains(&b)))
+        {
+            return Err(Error::UpstreamInvalid("session id"));
+        }
+        // The answer is read whole: the token goes in its headers, and the
+        // negotiated version comes from it. An initialize answer is small.
+        let (body, sse) = self.read_initialize(target, resp).await?;
+        let result = initialize_result(&body, sse);
+        let Some(version) = result else {
+            // An error, or no answer: relayed without a session (and the
+            // upstream's, if it minted one, is ended).
+            if let Some(id) = upstream_session {
+                let wire = SessionWire { id: Some(id), version: wire.version.clone() };
+                target.upstream.delete(&wire).await;
+            }
+            return Ok(raw_answer(StatusCode::OK, body, sse, None));
+        };
+        let now = token::now();
+        let claims = Claims {
+            r: target.route.path.clone(),
+            i: target.upstream.upstream.url.to_string(),
+            u: upstream_session,
+            v: version,
+            p: caller.principal.clone(),
+            iat: now,
+            exp: now + self.session_ttl.as_secs(),
+        };
+        let token = token::issue(&self.services.sealer, &claims);
+        let token = HeaderValue::from_str(&token).expect("base64url is a valid header value");
+        self.services
+            .metrics
+            .legacy_sessions_opened
+            .get_or_create(&OpenedLabels {
+                route: target.route.path.clone(),
+                requested: version_label(requested.as_deref()),
+            })
+            .inc();
+        drop(hold);
+        Ok(raw_answer(StatusCode::OK, body, sse, Some(token)))
+    }
+
+    /// Reads an initialize answer: the JSON body, or the SSE events up to the
+    /// first response. Returns the bytes to relay and whether they are SSE.
+    async fn read_initialize(&self, target: &Target, resp: h1::Response) -> Result<(Bytes, bool), Error> {
+        if !is_sse(&resp) {
+            if !is_json(&resp) {
+                return Err(Error::UpstreamInvalid("content type"));
+            }
+            let body = target.upstream.read_body(resp.body).await.map_err(|e| map_error(e, true))?;
+            return Ok((body, false));
+        }
+        let mut events = Relay::events(resp.body, target.upstream.max_response());
+        let mut out = Vec::new();
+        let read = async {
+            use futures_util::StreamExt;
+            while let Some(event) = events.next().await {
+                let event = event.map_err(|_| Error::UpstreamInvalid("invalid event stream"))?;
+                let Some(bytes) = stream::encode(&event) else {
+                    return Err(Error::UpstreamInvalid("event is not JSON"));
+                };
+                if out.len() + bytes.len() > target.upstream.max_response() {
+                    return Err(Error::UpstreamTooLarge);
+                }
+                out.extend_from_slice(&bytes);
+                if is_response(event.data.as_deref().unwrap_or("").as_bytes()) {
+                    return Ok(());
+                }
+            }
+            Err(Error::OutcomeUnknown)
+        };
+        match tokio::time::timeout(target.route.upstream.response_timeout, read).await {
+            Err(_) => Err(Error::UpstreamTimeout),
+            Ok(r) => r.map(|()| (Bytes::from(out), true)),
+        }
+    }
+
+    /// Any other POST: relayed on the session its token names.
+    async fn relay_post(
+        &self,
+        target: &Target,
+        caller: &Caller,
+        peek: &Peeked,
+        hold: Box<dyn Any + Send + Sync>,
+    ) -> Result<Response<Body>, Error> {
+        if !caller.headers.contains_key(&SESSION_ID) {
+            return Err(Error::SessionRequired);
+        }
+        let claims = self.session(target, caller)?;
+        let wire = wire(&claims, &caller.headers);
+        let deadline = tokio::time::Instant::now() + target.route.upstream.call_timeout;
+        let resp = self.post_upstream(target, &wire, caller).await?;
+        match resp.status {
+            202 => Ok(reply::empty(StatusCode::ACCEPTED)),
+            404 => Err(self.gone(target)),
+            200..=299 if is_sse(&resp) => {
+                let relay = Relay {
+                    events: Relay::events(resp.body, target.upstream.max_response()),
+                    keepalive: self.services.keepalive,
+                    deadline: Some(deadline),
+                    stop: self.services.shutdown.clone(),
+                    id: peek.id.clone(),
+                    _hold: hold,
+                };
+                Ok(relay.response(None))
+            }
+            _ => self.json_answer(target, resp, peek.id.as_ref()).await,
+        }
+    }
+
+    /// POSTs the client's body as it came, on `wire`. Sent again only when
+    /// the first attempt cannot have reached the upstream.
+    async fn post_upstream(
+        &self,
+        target: &Target,
+        wire: &SessionWire,
+        caller: &Caller,
+    ) -> Result<h1::Response, Error> {
+        let accept = caller.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or(ACCEPT_BOTH);
+        let extra = [("accept", accept), ("content-type", "application/json")];
+        match target.upstream.send("POST", wire, &extra, &caller.body).await {
+            Err(PostError::NotSent) => {
+                target.upstream.send("POST", wire, &extra, &caller.body).await.map_err(|e| map_error(e, true))
+            }
+            other => other.map_err(|e| map_error(e, true)),
+        }
+    }
+
+    async fn send(
+        &self,
+        target: &Target,
+        method: &str,
+        wire: &SessionWire,
+        extra: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<h1::Response, Error> {
+        target.upstream.send(method, wire, extra, body).await.map_err(|e| map_error(e, method != "GET"))
+    }
+
+    /// A JSON answer relayed as it is when it is a JSON-RPC message (an
+    /// error status included); anything else becomes a gateway error.
+    async fn json_answer(
+        &self,
+        target: &Target,
+        resp: h1::Response,
+        id: Option<&Value>,
+    ) -> Result<Response<Body>, Error> {
+        let status = StatusCode::from_u16(resp.status).unwrap_or(StatusCode::BAD_GATEWAY);
+        let success = status.is_success();
+        let json = is_json(&resp);
+        let body = target.upstream.read_body(resp.body).await.map_err(|e| map_error(e, true))?;
+        if json && stream::is_json_message(&body) {
+            return Ok(raw_answer(status, body, false, None));
+        }
+        let _ = id;
+        Err(if success {
+            Error::UpstreamInvalid("content type")
+        } else {
+            Error::UpstreamInvalid("error status")
+        })
+    }
+
+    /// The claims of the request's session token, or why it is refused (404).
+    fn session(&self, target: &Target, caller: &Caller) -> Result<Claims, Error> {
+        let mut ids = caller.headers.get_all(&SESSION_ID).iter();
+        let (Some(id), None) = (ids.next(), ids.next()) else {
+            return Err(self.reject(target, Rejected::Invalid));
+        };
+        let id = id.to_str().map_err(|_| self.reject(target, Rejected::Invalid))?;
+        let instance = target.upstream.upstream.url.to_string();
+        token::open(&self.services.sealer, id, &target.route.path, &instance, &caller.principal, token::now())
+            .map_err(|why| self.reject(target, why))
+    }
+
+    fn reject(&self, target: &Target, why: Rejected) -> Error {
+        self.count_rejected(target, why.reason());
+        Error::SessionNotFound
+    }
+
+    /// The upstream no longer knows the session: the client starts over.
+    fn gone(&self, target: &Target) -> Error {
+        self.count_rejected(target, "upstream_gone");
+        Error::SessionNotFound
+    }
+
+    fn count_rejected(&self, target: &Target, reason: &'static str) {
+        let labels = ReasonLabels { route: target.route.path.clone(), reason };
+        self.services.metrics.session_tokens_rejected.get_or_create(&labels).inc();
+    }
+
+    fn error(&self, id: Option<&Value>, err: &Error) -> Response<Body> {
+        reply::json_response(err.status(), &error_body(id, err, SUPPORTED_VERSIONS))
+    }
+}
+
+/// The upstream session a request goes to: the token's session id, and the
+/// version header as the client sent it (2025-03-26 clients send none).
+fn wire(claims: &Claims, headers: &HeaderMap) -> SessionWire {
+    SessionWire { id: claims.u.clone(), version: client_version(headers) }
+}
+
+fn client_version(headers: &HeaderMap) -> Option<String> {
+    headers.get(&PROTOCOL_VERSION).and_then(|v| v.to_str().ok()).map(str::to_string)
+}
+
+fn map_error(e: PostError, sent: bool) -> Error {
+    super::modern_legacy::map_post_error(e, sent)
+}
+
+/// Whether `data` is a JSON-RPC response (a result or an error).
+fn is_response(data: &[u8]) -> bool {
+    #[derive(Deserialize)]
+    struct Msg {
+        id: Option<serde::de::IgnoredAny>,
+        method: Option<serde::de::IgnoredAny>,
+    }
+    serde_json::from_slice::<Msg>(data).is_ok_and(|m| m.id.is_some() && m.method.is_none())
+}
+
+fn is_sse(resp: &h1::Response) -> bool {
+    resp.header("content-type").is_some_and(|c| c.starts_with("text/event-stream"))
+}
+
+fn is_json(resp: &h1::Response) -> bool {
+    resp.header("content-type").is_some_and(|c| c.starts_with("application/json"))
+}
+
+/// The negotiated version of an `InitializeResult` message (JSON, or the
+/// events relayed as SSE text), or `None` when it is not a result.
+fn initialize_result(body: &[u8], sse: bool) -> Option<Option<String>> {
+    #[derive(Deserialize)]
+    struct Msg {
+        result: Option<Result>,
+    }
+    #[derive(Deserialize)]
+    struct Result {
+        #[serde(rename = "protocolVersion")]
+        version: Option<String>,
+    }
+    let parse =
+        |bytes: &[u8]| serde_json::from_slice::<Msg>(bytes).ok().and_then(|m| m.result).map(|r| r.version);
+    if !sse {
+        return parse(body);
+    }
+    let text = std::str::from_utf8(body).ok()?;
+    text.split("\n\n").find_map(|event| {
+        let data: Vec<&str> = event.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+        parse(data.join("\n").as_bytes())
+    })
+}
+
+/// A complete answer: JSON, or SSE text already encoded; `session` is the
+/// gateway's token for the client.
+fn raw_answer(status: StatusCode, body: Bytes, sse: bool, session: Option<HeaderValue>) -> Response<Body> {
+    let mut resp = Response::new(reply::full(body));
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    let ct = if sse { "text/event-stream" } else { "application/json" };
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+    if let Some(session) = session {
+        h.insert(SESSION_ID, session);
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,189 @@
+//! An upstream SSE answer relayed to a legacy client event by event: ids,
+//! event names and `retry` untouched, so the client can resume with
+//! `Last-Event-ID` through any replica. Each event is held to the upstream
+//! size limit and its data must be JSON (a JSON-RPC message or a batch);
+//! anything else ends the stream with a gateway error event instead. The
+//! gateway adds keep-alive comments while the upstream is quiet, and ends
+//! the stream at its deadline or when it is told to stop (draining).
+
+use std::any::Any;
+use std::pin::Pin;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use futures_util::StreamExt;
+use http::{header, HeaderValue, Response, StatusCode};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+use serde_json::Value;
+use sse_stream::{Sse, SseStream};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{error_body, Error};
+use crate::front::SUPPORTED_VERSIONS;
+use crate::reply::{Body, BoxError};
+use crate::upstream::event_limit::{BodyError, EventLimited};
+use crate::upstream::h1;
+
+pub struct Relay {
+    pub events: Pin<Box<SseStream<EventLimited<h1::Body>>>>,
+    pub keepalive: Duration,
+    /// Ends the stream with a timeout error (a POST's call timeout).
+    pub deadline: Option<tokio::time::Instant>,
+    /// Ends the stream quietly (draining, for a GET stream; shutdown).
+    pub stop: CancellationToken,
+    /// The request id an error event answers (a single POSTed request).
+    pub id: Option<Value>,
+    /// Whatever must live as long as the stream (permits, budget shares).
+    pub _hold: Box<dyn Any + Send + Sync>,
+}
+
+impl Relay {
+    pub fn events(body: h1::Body, limit: usize) -> Pin<Box<SseStream<EventLimited<h1::Body>>>> {
+        Box::pin(SseStream::new(EventLimited::new(body, limit)))
+    }
+
+    /// The client's answer: 200 `text/event-stream` carrying the relayed events.
+    pub fn response(self, session: Option<HeaderValue>) -> Response<Body> {
+        let stream = futures_util::stream::unfold(Some(self), |state| async move {
+            let mut relay = state?;
+            match relay.next().await {
+                Next::Event(bytes) => Some((Ok::<_, BoxError>(Frame::data(bytes)), Some(relay))),
+                Next::Last(bytes) => Some((Ok(Frame::data(bytes)), None)),
+                Next::End => None,
+            }
+        });
+        let mut resp = Response::new(BodyExt::boxed(StreamBody::new(stream)));
+        *resp.status_mut() = StatusCode::OK;
+        let h = resp.headers_mut();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+        if let Some(session) = session {
+            h.insert(crate::front::headers::SESSION_ID, session);
+        }
+        resp
+    }
+
+    async fn next(&mut self) -> Next {
+        enum Woke {
+            Stop,
+            Deadline,
+            Quiet,
+            Event(Option<Result<Sse, sse_stream::Error>>),
+        }
+        let at = self.deadline;
+        let deadline = async move {
+            match at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let woke = tokio::select! {
+            _ = self.stop.cancelled() => Woke::Stop,
+            _ = deadline => Woke::Deadline,
+            _ = tokio::time::sleep(self.keepalive) => Woke::Quiet,
+            event = self.events.next() => Woke::Event(event),
+        };
+        match woke {
+            Woke::Stop => Next::End,
+            Woke::Deadline => self.fail(&Error::UpstreamTimeout),
+            Woke::Quiet => Next::Event(Bytes::from_static(b": keep-alive\n\n")),
+            Woke::Event(Some(Ok(event))) => match encode(&event) {
+                Some(bytes) => Next::Event(bytes),
+                None => self.fail(&Error::UpstreamInvalid("event is not JSON")),
+            },
+            Woke::Event(Some(Err(sse_stream::Error::Body(e))))
+                if e.downcast_ref::<BodyError>() == Some(&BodyError::TooLarge) =>
+            {
+                self.fail(&Error::UpstreamTooLarge)
+            }
+            Woke::Event(Some(Err(sse_stream::Error::Body(_))) | None) => Next::End,
+            Woke::Event(Some(Err(_))) => self.fail(&Error::UpstreamInvalid("invalid event stream")),
+        }
+    }
+
+    fn fail(&self, err: &Error) -> Next {
+        crate::log_limited!(tracing::Level::WARN, reason = err.reason(), "legacy relay stream ended");
+        let body =
+            serde_json::to_vec(&error_body(self.id.as_ref(), err, SUPPORTED_VERSIONS)).expect("serialises");
+        let mut out = BytesMut::with_capacity(body.len() + 24);
+        out.put_slice(b"event: message\ndata: ");
+        out.put_slice(&body);
+        out.put_slice(b"\n\n");
+        Next::Last(out.freeze())
+    }
+}
+
+enum Next {
+    Event(Bytes),
+    /// The last bytes of the stream.
+    Last(Bytes),
+    End,
+}
+
+/// One event as SSE text, or `None` when its data is not JSON.
+pub fn encode(event: &Sse) -> Option<Bytes> {
+    let data = event.data.as_deref().unwrap_or("");
+    if !data.trim().is_empty() && !is_json_message(data.as_bytes()) {
+        return None;
+    }
+    let mut out = BytesMut::with_capacity(data.len() + 64);
+    // The parser has split lines: no field below holds a line break.
+    if let Some(id) = &event.id {
+        out.put_slice(b"id: ");
+        out.put_slice(id.as_bytes());
+        out.put_u8(b'\n');
+    }
+    if let Some(name) = &event.event {
+        out.put_slice(b"event: ");
+        out.put_slice(name.as_bytes());
+        out.put_u8(b'\n');
+    }
+    if let Some(retry) = event.retry {
+        out.put_slice(format!("retry: {retry}\n").as_bytes());
+    }
+    for line in data.split('\n') {
+        out.put_slice(b"data: ");
+        out.put_slice(line.as_bytes());
+        out.put_u8(b'\n');
+    }
+    out.put_u8(b'\n');
+    Some(out.freeze())
+}
+
+/// Whether `bytes` is one JSON object or array (a JSON-RPC message or batch),
+/// checked without building it.
+pub fn is_json_message(bytes: &[u8]) -> bool {
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    matches!(first, Some(b'{' | b'[')) && serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_keep_their_fields_and_lose_nothing() {
+        let ev = Sse {
+            event: Some("message".into()),
+            data: Some("{\"a\":1}".into()),
+            id: Some("7_1".into()),
+            retry: Some(500),
+        };
+        assert_eq!(encode(&ev).unwrap(), &b"id: 7_1\nevent: message\nretry: 500\ndata: {\"a\":1}\n\n"[..]);
+        let priming = Sse { event: None, data: Some(String::new()), id: Some("p".into()), retry: None };
+        assert_eq!(encode(&priming).unwrap(), &b"id: p\ndata: \n\n"[..]);
+        let multi = Sse { event: None, data: Some("{\n\"a\":1}".into()), id: None, retry: None };
+        assert_eq!(encode(&multi).unwrap(), &b"data: {\ndata: \"a\":1}\n\n"[..]);
+    }
+
+    #[test]
+    fn data_that_is_not_a_json_message_is_refused() {
+        for bad in ["<html>", "42", "\"s\"", "{", "{\"a\":1} x"] {
+            let ev = Sse { event: None, data: Some(bad.into()), id: None, retry: None };
+            assert!(encode(&ev).is_none(), "{bad}");
+        }
+        assert!(is_json_message(b" [{\"jsonrpc\":\"2.0\"}]"));
+    }
+}

@@ -1,0 +1,10 @@
+//! The gateway as an HTTP client of its upstreams, used by every cell: a
+//! small hardened HTTP/1.1 client ([`h1`]), size limits on what comes back
+//! ([`event_limit`]), and the MCP Streamable HTTP exchanges on top
+//! ([`transport`]: POST on a session, the GET stream, DELETE, SSE reading).
+
+pub(crate) mod event_limit;
+pub(crate) mod h1;
+pub mod transport;
+
+pub use transport::{EventStream, PostError, Reply, SessionWire, StreamEnd, Streams, Transport};
