@@ -555,6 +555,3 @@ fn raw_answer(status: StatusCode, body: Bytes, sse: bool, session: Option<Header
     }
     resp
 }
-
-#[cfg(test)]
-mod tests;
