@@ -74,17 +74,24 @@ impl Gateway {
         &self.modern_legacy
     }
 
-    /// Refuses new calls and waits until no paused call is left here (their
-    /// retries are still served) or `deadline` passes.
+    /// Refuses new modern calls, ends legacy GET streams (their clients
+    /// reconnect elsewhere), and waits until no paused call is left here
+    /// (their retries are still served) and no legacy POST answer is still
+    /// streaming (legacy POSTs are still relayed), or `deadline` passes.
     pub async fn drain(&self, deadline: std::time::Duration) {
         self.draining.store(true, Ordering::SeqCst);
         // Long-lived streams end now, so that their clients reconnect elsewhere.
         self.services.draining.cancel();
         let until = tokio::time::Instant::now() + deadline;
-        while self.modern_legacy.parked_flows() > 0 && tokio::time::Instant::now() < until {
+        let busy = || self.modern_legacy.parked_flows() + self.legacy_legacy.streaming();
+        while busy() > 0 && tokio::time::Instant::now() < until {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        tracing::info!(left = self.modern_legacy.parked_flows(), "drain finished");
+        tracing::info!(
+            parked = self.modern_legacy.parked_flows(),
+            streaming = self.legacy_legacy.streaming(),
+            "drain finished"
+        );
     }
 
     pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {

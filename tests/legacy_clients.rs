@@ -422,3 +422,31 @@ async fn a_batch_is_relayed_on_the_session() {
     assert!(reply.status.is_success(), "{}", reply.raw);
     assert!(up.seen().iter().any(|s| s.body.is_array()), "{}", up.dump());
 }
+
+#[tokio::test]
+async fn a_draining_replica_finishes_relaying_a_streamed_post() {
+    let up = FakeUpstream::new().on(
+        "tools/call",
+        Answer::Sse(vec![
+            Step::progress(0.5),
+            Step::Sleep(Duration::from_millis(1500)),
+            Step::result(json!({})),
+        ]),
+    );
+    let (_up, gw) = setup(up).await;
+    let client = Legacy::new(&gw);
+    let session = client.open().await;
+    let body = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+        "params": {"name": "slow", "arguments": {}, "_meta": {"progressToken": "p"}}});
+    let req = client
+        .request(http::Method::POST, Some(&session))
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap();
+    let mut events = Events::of(support::client::send(&support::client::http_client(), req).await);
+    assert_eq!(events.next().await.unwrap()["method"], "notifications/progress");
+
+    gw.begin_shutdown();
+
+    let done = events.next().await.expect("the answer still arrives");
+    assert_eq!(done["id"], 8, "{done}");
+}

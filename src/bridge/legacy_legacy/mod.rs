@@ -17,6 +17,7 @@ mod stream;
 pub mod token;
 
 use std::any::Any;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -43,7 +44,24 @@ pub struct Bridge {
     services: Arc<Services>,
     session_ttl: Duration,
     quota: quota::Creations,
-    max_body: usize,
+    /// POST answers being streamed: a draining replica waits for them.
+    streaming: Arc<AtomicUsize>,
+}
+
+/// Counts one streamed POST answer while it lives.
+struct Streaming(Arc<AtomicUsize>);
+
+impl Streaming {
+    fn new(count: &Arc<AtomicUsize>) -> Streaming {
+        count.fetch_add(1, Ordering::AcqRel);
+        Streaming(count.clone())
+    }
+}
+
+impl Drop for Streaming {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// What the relay reads of a client message: enough to answer errors with
@@ -70,8 +88,9 @@ struct Envelope<'a> {
 }
 
 impl Peeked {
-    fn of(body: &[u8], max_body: usize) -> Result<Peeked, Error> {
-        if crate::upstream::event_limit::too_many_values(body, max_body) || !stream::is_json_message(body) {
+    fn of(body: &[u8]) -> Result<Peeked, Error> {
+        // Checked without building a tree: the body goes on as it came.
+        if !stream::is_json_message(body) {
             return Err(Error::Parse);
         }
         if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
@@ -145,8 +164,14 @@ impl Bridge {
                 config.legacy.max_new_sessions_per_minute,
                 config.legacy.max_new_sessions_per_principal_per_minute,
             ),
-            max_body: config.limits.max_body_bytes,
+            streaming: Arc::new(AtomicUsize::new(0)),
         }
+    }
+
+    /// POST answers still streaming (a tool call waiting on its user, say):
+    /// a draining replica keeps relaying them until its deadline.
+    pub fn streaming(&self) -> usize {
+        self.streaming.load(Ordering::Acquire)
     }
 
     /// A legacy POST: `initialize` opens an upstream session; anything else
@@ -158,7 +183,7 @@ impl Bridge {
         hold: Box<dyn Any + Send + Sync>,
         started: Instant,
     ) -> Response<Body> {
-        let (resp, label, outcome) = match Peeked::of(&caller.body, self.max_body) {
+        let (resp, label, outcome) = match Peeked::of(&caller.body) {
             Err(e) => (self.error(None, &e), "invalid", e.reason()),
             Ok(peek) => {
                 let done = if peek.initialize {
@@ -393,7 +418,7 @@ impl Bridge {
                     deadline: Some(deadline),
                     stop: self.services.shutdown.clone(),
                     id: peek.id.clone(),
-                    _hold: hold,
+                    _hold: Box::new((hold, Streaming::new(&self.streaming))),
                 };
                 Ok(relay.response(None))
             }
