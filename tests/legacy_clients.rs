@@ -93,6 +93,16 @@ async fn setup(up: FakeUpstream) -> (Upstream, Gateway) {
     (up, gw)
 }
 
+/// The echo upstream behind a gateway whose routing file has this `[legacy]` section.
+async fn with_legacy_section(keys: &str) -> (Upstream, Gateway) {
+    let up = echo().start().await;
+    let toml = format!(
+        "[[upstreams]]\nname = \"u\"\nurl = \"{{upstream}}\"\n[[routes]]\npath = \"/mcp\"\nupstream = \"u\"\n[legacy]\n{keys}\n"
+    );
+    let gw = Gateway::from_toml(&toml, up.url()).await;
+    (up, gw)
+}
+
 fn echo() -> FakeUpstream {
     FakeUpstream::new().on("tools/call", Answer::Result(json!({"content": [{"type": "text", "text": "hi"}]})))
 }
@@ -247,21 +257,7 @@ async fn an_expired_upstream_session_is_404_and_the_client_starts_over() {
 
 #[tokio::test]
 async fn an_expired_session_token_is_404() {
-    let up = echo().start().await;
-    let gw = Gateway::from_toml(
-        r#"
-[[upstreams]]
-name = "u"
-url = "{upstream}"
-[[routes]]
-path = "/mcp"
-upstream = "u"
-[legacy]
-session_ttl_ms = 1000
-"#,
-        up.url(),
-    )
-    .await;
+    let (_up, gw) = with_legacy_section("session_ttl_ms = 1000").await;
     let client = Legacy::new(&gw);
     let session = client.open().await;
     assert_eq!(client.call(&session, json!(1), "echo").await.status, 200);
@@ -349,21 +345,7 @@ async fn a_modern_request_with_a_gateway_session_id_is_modern_and_the_id_dropped
 
 #[tokio::test]
 async fn new_sessions_are_bounded_per_principal() {
-    let up = echo().start().await;
-    let gw = Gateway::from_toml(
-        r#"
-[[upstreams]]
-name = "u"
-url = "{upstream}"
-[[routes]]
-path = "/mcp"
-upstream = "u"
-[legacy]
-max_new_sessions_per_principal_per_minute = 2
-"#,
-        up.url(),
-    )
-    .await;
+    let (up, gw) = with_legacy_section("max_new_sessions_per_principal_per_minute = 2").await;
     let alice = Legacy::new(&gw).bearer("alice");
     alice.open().await;
     alice.open().await;
