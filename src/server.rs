@@ -234,7 +234,7 @@ impl Gateway {
             Err(why) => return Ok(gate.refuse(why)),
         };
         // Signed, fresh and never seen before a byte of the body is read.
-        let headers = Caller::mcp_headers(&parts.headers);
+        let headers = front::headers::mcp_only(&parts.headers);
         if let Err(why) = gate.verify(&head, &headers) {
             return Ok(gate.refuse(why));
         }

@@ -21,27 +21,10 @@ use http::HeaderMap;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, Route};
+pub use crate::front::generation::Generation;
 use crate::metrics::Metrics;
 use crate::seal::Sealer;
 use crate::upstream::Transport;
-
-/// Which protocol generation a client message, or an upstream, speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Generation {
-    /// MCP 2026-07-28: stateless, `_meta` on every request.
-    Modern,
-    /// MCP 2025-03-26 … 2025-11-25: `initialize` and `Mcp-Session-Id`.
-    Legacy,
-}
-
-impl Generation {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Generation::Modern => "modern",
-            Generation::Legacy => "legacy",
-        }
-    }
-}
 
 /// The bridge a request runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,7 +157,7 @@ impl Services {
 pub struct Caller {
     /// Digest of the bearer token, or "anonymous".
     pub principal: String,
-    /// The request's headers. Only the MCP ones ([`Caller::is_mcp_header`])
+    /// The request's headers. Only the MCP ones ([`crate::front::headers::is_mcp`])
     /// ever leave the gateway (to the replica owning a flow, or relayed to
     /// a legacy upstream); credentials never do.
     pub headers: HeaderMap,
@@ -187,47 +170,9 @@ pub struct Caller {
     pub forwarded: bool,
 }
 
-impl Caller {
-    /// Headers that describe the MCP request (`MCP-Protocol-Version`,
-    /// `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`), `Content-Type` and `Accept`;
-    /// never credentials, never a stale `Mcp-Session-Id`.
-    pub fn is_mcp_header(name: &http::HeaderName) -> bool {
-        let k = name.as_str();
-        (k.starts_with("mcp-") && k != "mcp-session-id") || k == "content-type" || k == "accept"
-    }
-
-    /// The headers of `all` that describe the MCP request.
-    pub fn mcp_headers(all: &HeaderMap) -> HeaderMap {
-        all.iter().filter(|(k, _)| Self::is_mcp_header(k)).map(|(k, v)| (k.clone(), v.clone())).collect()
-    }
-}
-
 /// 128 random bits, hex: flow ids and instance ids.
 pub(crate) fn random_id() -> String {
     let mut b = [0u8; 16];
     rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut b);
     b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Caller;
-
-    #[test]
-    fn only_mcp_headers_leave_the_gateway() {
-        for (name, leaves) in [
-            ("mcp-method", true),
-            ("mcp-param-region", true),
-            ("mcp-protocol-version", true),
-            ("content-type", true),
-            ("accept", true),
-            ("mcp-session-id", false),
-            ("authorization", false),
-            ("cookie", false),
-            ("x-api-key", false),
-        ] {
-            let name = http::HeaderName::from_static(name);
-            assert_eq!(Caller::is_mcp_header(&name), leaves, "{name}");
-        }
-    }
 }

@@ -21,7 +21,6 @@ use hyper_util::rt::TokioExecutor;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
-use crate::bridge::Caller;
 use crate::config::Cluster;
 use crate::metrics::RefusedLabels;
 use crate::reply::{Body, BoxError};
@@ -97,7 +96,7 @@ impl Forwarder {
         headers: &HeaderMap,
         body: Bytes,
     ) -> Result<Response<Body>, ForwardError> {
-        let mcp = Caller::mcp_headers(headers);
+        let mcp = crate::front::headers::mcp_only(headers);
         let mut nonce = [0u8; NONCE_LEN];
         rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut nonce);
         let timestamp_ms = sign::now_ms();

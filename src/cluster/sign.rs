@@ -39,7 +39,7 @@ pub struct Signed<'a> {
     pub audience: &'a str,
     pub route: &'a str,
     pub principal: &'a str,
-    /// The MCP headers forwarded ([`crate::bridge::Caller::is_mcp_header`]), all of them.
+    /// The MCP headers forwarded ([`crate::front::headers::is_mcp`]), all of them.
     pub headers: &'a HeaderMap,
     /// SHA-256 of the body, sent in its own header so that the owner checks
     /// the MAC before it reads a byte of the body.

@@ -12,7 +12,24 @@ use serde::Deserialize;
 
 use super::headers::{PROTOCOL_VERSION, SESSION_ID};
 use super::meta;
-use crate::bridge::Generation;
+
+/// Which protocol generation a client message, or an upstream, speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Generation {
+    /// MCP 2026-07-28: stateless, `_meta` on every request.
+    Modern,
+    /// MCP 2025-03-26 … 2025-11-25: `initialize` and `Mcp-Session-Id`.
+    Legacy,
+}
+
+impl Generation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Generation::Modern => "modern",
+            Generation::Legacy => "legacy",
+        }
+    }
+}
 
 /// The session-era revisions a client may name in `MCP-Protocol-Version`.
 pub const LEGACY_VERSIONS: &[&str] = &["2025-03-26", "2025-06-18", "2025-11-25"];

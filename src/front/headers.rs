@@ -17,6 +17,20 @@ pub const SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
 pub const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 const PARAM_PREFIX: &str = "mcp-param-";
 
+/// Headers that describe the MCP request (`MCP-Protocol-Version`,
+/// `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`), `Content-Type` and `Accept`:
+/// the only ones that ever leave the gateway with a request (to the replica
+/// owning a paused call); never credentials, never a stale `Mcp-Session-Id`.
+pub fn is_mcp(name: &HeaderName) -> bool {
+    let k = name.as_str();
+    (k.starts_with("mcp-") && k != "mcp-session-id") || k == "content-type" || k == "accept"
+}
+
+/// The headers of `all` that describe the MCP request ([`is_mcp`]).
+pub fn mcp_only(all: &HeaderMap) -> HeaderMap {
+    all.iter().filter(|(k, _)| is_mcp(k)).map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
 /// A header's value as a string, trimmed of optional whitespace.
 /// `Ok(None)` when absent; an error when present but not visible ASCII, or
 /// present more than once (a proxy routing on another copy would disagree).
@@ -124,6 +138,24 @@ fn param_matches(value: &Value, header: &str) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn only_mcp_headers_leave_the_gateway() {
+        for (name, leaves) in [
+            ("mcp-method", true),
+            ("mcp-param-region", true),
+            ("mcp-protocol-version", true),
+            ("content-type", true),
+            ("accept", true),
+            ("mcp-session-id", false),
+            ("authorization", false),
+            ("cookie", false),
+            ("x-api-key", false),
+        ] {
+            let name = HeaderName::from_static(name);
+            assert_eq!(is_mcp(&name), leaves, "{name}");
+        }
+    }
 
     fn map(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
