@@ -16,7 +16,7 @@ use tokio::net::TcpListener;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
-use crate::bridge::{legacy_legacy, modern_legacy, Caller, Generation, Services, Target, Targets};
+use crate::bridge::{legacy_legacy, modern_legacy, Caller, Cell, Generation, Services, Target, Targets};
 use crate::cluster;
 use crate::config::{Config, ConnLimits};
 use crate::conn::Tracked;
@@ -169,7 +169,13 @@ impl Gateway {
                 body: Bytes::new(),
                 forwarded: false,
             };
-            return self.legacy_legacy.session_verb(&target, &parts.method, caller, started).await;
+            return match Cell::of(Generation::Legacy, &target) {
+                Cell::LegacyLegacy => {
+                    self.legacy_legacy.session_verb(&target, &parts.method, caller, started).await
+                }
+                // No session verbs on the modern cells: what a 2026 endpoint says.
+                Cell::ModernLegacy => self.reject(&target, None, &Error::MethodNotAllowed, started),
+            };
         }
         // Taken before the body is read: a body in memory holds a permit
         // and its share of the body budget, each for at most the body timeout.
@@ -191,9 +197,9 @@ impl Gateway {
             body,
             forwarded: false,
         };
-        match generation {
-            Generation::Modern => self.dispatch(target, caller, admission, started).await,
-            Generation::Legacy => {
+        match Cell::of(generation, &target) {
+            Cell::ModernLegacy => self.dispatch(target, caller, admission, started).await,
+            Cell::LegacyLegacy => {
                 self.legacy_legacy.post(&target, caller, Box::new(admission), started).await
             }
         }
