@@ -1,11 +1,12 @@
 //! Parked flows: upstream calls paused on a question for the user, waiting for
-//! the client's retry. A concurrent map with a TTL per entry, a hard cap, and
-//! a cap per principal so that one caller cannot fill the lot for the others;
+//! the client's retry. A concurrent map with a TTL per entry; its places come
+//! from [`Places`], shared by every lot of the gateway (a hard cap, and a cap
+//! per principal so that one caller cannot fill them for the others);
 //! the bridge takes expired entries out with [`ParkingLot::expired`] and
 //! declines what they were waiting for upstream.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,36 +30,39 @@ pub enum Refused {
     Closed,
 }
 
-pub struct ParkingLot<T> {
-    map: DashMap<String, Entry<T>>,
+/// The places every parking lot of the gateway draws from: one global cap
+/// and one share per principal, whichever cell parks (a shared service).
+pub struct Places {
     len: AtomicUsize,
-    /// Flows parked per principal (no entry at zero).
+    /// Places held per principal (no entry at zero).
     owners: Mutex<HashMap<Arc<str>, usize>>,
     /// Set at shutdown: nothing parks any more.
-    closed: std::sync::atomic::AtomicBool,
+    closed: AtomicBool,
     cap: usize,
     per_owner: usize,
-    ttl: Duration,
 }
 
-impl<T> ParkingLot<T> {
-    pub fn new(cap: usize, per_owner: usize, ttl: Duration) -> ParkingLot<T> {
-        ParkingLot {
-            map: DashMap::new(),
+impl Places {
+    pub fn new(cap: usize, per_owner: usize) -> Arc<Places> {
+        Arc::new(Places {
             len: AtomicUsize::new(0),
             owners: Mutex::new(HashMap::new()),
-            closed: std::sync::atomic::AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             cap,
             per_owner,
-            ttl,
-        }
+        })
     }
 
-    pub fn ttl(&self) -> Duration {
-        self.ttl
+    /// Places held, in every lot.
+    pub fn len(&self) -> usize {
+        self.len.load(Ordering::Acquire)
     }
 
-    /// Whether `owner` could park a flow now.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether `owner` could park now.
     pub fn admits(&self, owner: &str) -> Result<(), Refused> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Refused::Closed);
@@ -72,21 +76,82 @@ impl<T> ParkingLot<T> {
         Ok(())
     }
 
-    /// Refuses every later `park` (shutdown: what is left gets declined).
+    /// Refuses every later reservation (shutdown: what is left gets declined).
     pub fn close(&self) {
         self.closed.store(true, Ordering::Release);
     }
 
+    /// Takes a place for `owner`; the interned owner name to release it with.
+    fn reserve(&self, owner: &str) -> Result<Arc<str>, Refused> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Refused::Closed);
+        }
+        let mut owners = self.owners.lock().expect("owners lock");
+        let held = owners.get(owner).copied().unwrap_or(0);
+        if held >= self.per_owner {
+            return Err(Refused::PrincipalFull);
+        }
+        // Reserve first so that concurrent parkers cannot overshoot the cap.
+        if self.len.fetch_add(1, Ordering::AcqRel) >= self.cap {
+            self.len.fetch_sub(1, Ordering::AcqRel);
+            return Err(Refused::Full);
+        }
+        let key = owners.get_key_value(owner).map(|(k, _)| k.clone()).unwrap_or_else(|| owner.into());
+        owners.insert(key.clone(), held + 1);
+        Ok(key)
+    }
+
+    /// One place of `owner` was given back.
+    fn release(&self, owner: &Arc<str>) {
+        self.len.fetch_sub(1, Ordering::AcqRel);
+        let mut owners = self.owners.lock().expect("owners lock");
+        if let Some(n) = owners.get_mut(owner) {
+            *n -= 1;
+            if *n == 0 {
+                owners.remove(owner);
+            }
+        }
+    }
+}
+
+/// Paused things of one kind, by id, each holding a place of [`Places`].
+pub struct ParkingLot<T> {
+    map: DashMap<String, Entry<T>>,
+    places: Arc<Places>,
+    ttl: Duration,
+}
+
+impl<T> ParkingLot<T> {
+    /// A lot that draws from `places` (shared with the gateway's other lots).
+    pub fn new(places: Arc<Places>, ttl: Duration) -> ParkingLot<T> {
+        ParkingLot { map: DashMap::new(), places, ttl }
+    }
+
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Whether `owner` could park a flow now.
+    pub fn admits(&self, owner: &str) -> Result<(), Refused> {
+        self.places.admits(owner)
+    }
+
+    /// Refuses every later `park`, in every lot (shutdown).
+    pub fn close(&self) {
+        self.places.close();
+    }
+
+    /// Entries in this lot.
     pub fn len(&self) -> usize {
-        self.len.load(Ordering::Acquire)
+        self.map.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.map.is_empty()
     }
 
     /// Parks `value` under `id` for `owner` until the TTL passes. Gives it
-    /// back, with the reason, when the lot or the owner's share is full.
+    /// back, with the reason, when the places or the owner's share are spent.
     pub fn park(&self, id: String, owner: &str, value: T) -> Result<Instant, (T, Refused)> {
         self.park_until(id, owner, value, Instant::now() + self.ttl)
     }
@@ -99,48 +164,22 @@ impl<T> ParkingLot<T> {
         value: T,
         expires: Instant,
     ) -> Result<Instant, (T, Refused)> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err((value, Refused::Closed));
-        }
-        let owner: Arc<str> = {
-            let mut owners = self.owners.lock().expect("owners lock");
-            let held = owners.get(owner).copied().unwrap_or(0);
-            if held >= self.per_owner {
-                return Err((value, Refused::PrincipalFull));
-            }
-            // Reserve a place so that concurrent parkers cannot overshoot the cap.
-            if self.len.fetch_add(1, Ordering::AcqRel) >= self.cap {
-                self.len.fetch_sub(1, Ordering::AcqRel);
-                return Err((value, Refused::Full));
-            }
-            let key = owners.get_key_value(owner).map(|(k, _)| k.clone()).unwrap_or_else(|| owner.into());
-            owners.insert(key.clone(), held + 1);
-            key
+        let owner = match self.places.reserve(owner) {
+            Ok(owner) => owner,
+            Err(why) => return Err((value, why)),
         };
         if let Some(old) = self.map.insert(id, Entry { expires, owner, value }) {
-            self.release(&old.owner);
+            self.places.release(&old.owner);
             drop(old);
         }
         Ok(expires)
-    }
-
-    /// One flow of `owner` left the lot.
-    fn release(&self, owner: &Arc<str>) {
-        self.len.fetch_sub(1, Ordering::AcqRel);
-        let mut owners = self.owners.lock().expect("owners lock");
-        if let Some(n) = owners.get_mut(owner) {
-            *n -= 1;
-            if *n == 0 {
-                owners.remove(owner);
-            }
-        }
     }
 
     /// Takes the flow out (single use): a second take of the same id finds
     /// nothing. Returns it with its expiry.
     pub fn take(&self, id: &str) -> Option<(T, Instant)> {
         let (_, entry) = self.map.remove(id)?;
-        self.release(&entry.owner);
+        self.places.release(&entry.owner);
         Some((entry.value, entry.expires))
     }
 
@@ -152,7 +191,7 @@ impl<T> ParkingLot<T> {
         ids.iter()
             .filter_map(|id| self.map.remove_if(id, |_, e| e.expires <= now))
             .map(|(_, e)| {
-                self.release(&e.owner);
+                self.places.release(&e.owner);
                 e.value
             })
             .collect()
@@ -171,7 +210,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn single_use_ttl_and_cap() {
-        let lot = ParkingLot::new(2, 2, Duration::from_secs(60));
+        let lot = ParkingLot::new(Places::new(2, 2), Duration::from_secs(60));
         assert!(lot.park("a".into(), "p", 1).is_ok());
         assert!(lot.park("b".into(), "q", 2).is_ok());
         assert_eq!(lot.park("c".into(), "r", 3), Err((3, Refused::Full)), "cap reached");
@@ -187,12 +226,13 @@ mod tests {
         gone.sort();
         assert_eq!(gone, vec![2, 3]);
         assert!(lot.is_empty());
-        assert!(lot.owners.lock().unwrap().is_empty(), "no count left behind");
+        assert!(lot.places.owners.lock().unwrap().is_empty(), "no count left behind");
+        assert!(lot.places.is_empty());
     }
 
     #[tokio::test(start_paused = true)]
     async fn one_principal_cannot_take_the_others_share() {
-        let lot = ParkingLot::new(10, 3, Duration::from_secs(60));
+        let lot = ParkingLot::new(Places::new(10, 3), Duration::from_secs(60));
         for i in 0..3 {
             assert!(lot.park(format!("a{i}"), "greedy", i).is_ok());
         }
@@ -203,5 +243,22 @@ mod tests {
         lot.take("a0");
         assert!(lot.park("a3".into(), "greedy", 3).is_ok(), "a freed place is usable again");
         assert_eq!(lot.len(), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lots_sharing_places_share_the_caps() {
+        let places = Places::new(3, 2);
+        let (a, b) = (
+            ParkingLot::new(places.clone(), Duration::from_secs(60)),
+            ParkingLot::new(places.clone(), Duration::from_secs(60)),
+        );
+        assert!(a.park("1".into(), "p", 1).is_ok());
+        assert_eq!(b.park("2".into(), "p", 2).map(|_| ()), Ok(()));
+        assert_eq!(b.park("3".into(), "p", 3), Err((3, Refused::PrincipalFull)), "one share across lots");
+        assert!(b.park("3".into(), "q", 3).is_ok());
+        assert_eq!(a.park("4".into(), "r", 4), Err((4, Refused::Full)), "one cap across lots");
+        assert_eq!((a.len(), b.len(), places.len()), (1, 2, 3));
+        a.close();
+        assert_eq!(b.admits("z"), Err(Refused::Closed), "closed for every lot");
     }
 }

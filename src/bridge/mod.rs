@@ -2,9 +2,9 @@
 //! (DESIGN.md §9), chosen once per request at [`Cell::of`]. What every cell
 //! uses lives here or beside it: the request's [`Caller`], the resolved
 //! [`Target`] (route and upstream handle), and the shared [`Services`]
-//! (sealing, cluster forwarding, metrics, the listen-stream slots, shutdown).
-//! Parking is the generic [`crate::park::ParkingLot`]; a cell that pauses
-//! calls owns a lot of its own flow type.
+//! (sealing, cluster forwarding, metrics, the places of parking lots, the
+//! stream slots, drain and shutdown). A cell that pauses calls owns a
+//! [`crate::park::ParkingLot`] of its own flow type, drawing from the shared places.
 //!
 //! | client ↓ upstream → | legacy | modern |
 //! |---|---|---|
@@ -94,6 +94,8 @@ pub struct Services {
     pub cluster: Option<crate::cluster::Forwarder>,
     /// SSE keep-alive interval on the client side.
     pub keepalive: Duration,
+    /// The places every parking lot draws from (global and per-principal caps).
+    pub parking: Arc<crate::park::Places>,
     /// Long-lived client streams (listen, a legacy session's GET stream).
     pub listen_slots: Arc<tokio::sync::Semaphore>,
     /// Fires when draining starts: long-lived streams end so that clients
@@ -115,6 +117,10 @@ impl Services {
                 crate::cluster::Forwarder::new(c, timeout)
             }),
             keepalive: config.keepalive_interval,
+            parking: crate::park::Places::new(
+                config.limits.max_parked_flows,
+                config.limits.max_parked_flows_per_principal,
+            ),
             listen_slots: Arc::new(tokio::sync::Semaphore::new(config.limits.max_listen_streams)),
             draining: CancellationToken::new(),
             shutdown,

@@ -83,14 +83,10 @@ impl Bridge {
                 config.pool.idle_timeout,
                 metrics,
             )),
-            services,
             discover: DashMap::new(),
             tool_headers: tool_headers::Cache::default(),
-            parked: ParkingLot::new(
-                config.limits.max_parked_flows,
-                config.limits.max_parked_flows_per_principal,
-                config.limits.parked_flow_ttl,
-            ),
+            parked: ParkingLot::new(services.parking.clone(), config.limits.parked_flow_ttl),
+            services,
             resuming: std::sync::atomic::AtomicUsize::new(0),
         }
     }
