@@ -187,7 +187,7 @@ impl Bridge {
             Err(e) => (self.error(None, &e), "invalid", e.reason()),
             Ok(peek) => {
                 let done = if peek.initialize {
-                    self.initialize(target, &caller, &peek, hold).await
+                    self.initialize(target, &caller, hold).await
                 } else {
                     self.relay_post(target, &caller, &peek, hold).await
                 };
@@ -210,21 +210,17 @@ impl Bridge {
         started: Instant,
     ) -> Response<Body> {
         let get = method == http::Method::GET;
-        let label = if get { "GET" } else { "DELETE" };
-        let done = match self.session_verb_inner(target, get, &caller).await {
-            Ok(resp) => Ok(resp),
-            Err(e) if e.status() == StatusCode::METHOD_NOT_ALLOWED => {
-                let mut resp = self.error(None, &e);
-                resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST, GET, DELETE"));
-                self.services.count(&target.route.path, Generation::Legacy, label, e.reason(), started);
-                return resp;
-            }
-            Err(e) => Err(e),
-        };
-        let (resp, outcome) = match done {
+        let (resp, outcome) = match self.session_verb_inner(target, get, &caller).await {
             Ok(resp) => (resp, "forwarded"),
-            Err(e) => (self.error(None, &e), e.reason()),
+            Err(e) => {
+                let mut resp = self.error(None, &e);
+                if e.status() == StatusCode::METHOD_NOT_ALLOWED {
+                    resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST, GET, DELETE"));
+                }
+                (resp, e.reason())
+            }
         };
+        let label = if get { "GET" } else { "DELETE" };
         self.services.count(&target.route.path, Generation::Legacy, label, outcome, started);
         resp
     }
@@ -278,7 +274,7 @@ impl Bridge {
             }
             404 => Err(self.gone(target)),
             405 => Err(Error::MethodNotAllowed),
-            _ => self.json_answer(target, resp, None).await,
+            _ => self.json_answer(target, resp).await,
         }
     }
 
@@ -287,7 +283,6 @@ impl Bridge {
         &self,
         target: &Target,
         caller: &Caller,
-        peek: &Peeked,
         hold: Box<dyn Any + Send + Sync>,
     ) -> Result<Response<Body>, Error> {
         #[derive(Deserialize)]
@@ -312,7 +307,7 @@ impl Bridge {
         let wire = SessionWire { id: None, version: client_version(&caller.headers) };
         let resp = self.post_upstream(target, &wire, caller).await?;
         if !(200..300).contains(&resp.status) {
-            return self.json_answer(target, resp, peek.id.as_ref()).await;
+            return self.json_answer(target, resp).await;
         }
         let upstream_session = resp.header("mcp-session-id").map(str::to_string);
         if upstream_session
@@ -422,7 +417,7 @@ impl Bridge {
                 };
                 Ok(relay.response(None))
             }
-            _ => self.json_answer(target, resp, peek.id.as_ref()).await,
+            _ => self.json_answer(target, resp).await,
         }
     }
 
@@ -457,12 +452,7 @@ impl Bridge {
 
     /// A JSON answer relayed as it is when it is a JSON-RPC message (an
     /// error status included); anything else becomes a gateway error.
-    async fn json_answer(
-        &self,
-        target: &Target,
-        resp: h1::Response,
-        id: Option<&Value>,
-    ) -> Result<Response<Body>, Error> {
+    async fn json_answer(&self, target: &Target, resp: h1::Response) -> Result<Response<Body>, Error> {
         let status = StatusCode::from_u16(resp.status).unwrap_or(StatusCode::BAD_GATEWAY);
         let success = status.is_success();
         let json = is_json(&resp);
@@ -470,7 +460,6 @@ impl Bridge {
         if json && stream::is_json_message(&body) {
             return Ok(raw_answer(status, body, false, None));
         }
-        let _ = id;
         Err(if success {
             Error::UpstreamInvalid("content type")
         } else {
