@@ -1,4 +1,5 @@
-//! `front::parse` on arbitrary bodies and header values: it must never panic.
+//! `front::generation::of_post` and `front::parse` on arbitrary bodies and
+//! header values: they must never panic.
 //!
 //! Input: byte 0 holds flags, the rest is the body. Flag 1 adds a supported
 //! `MCP-Protocol-Version`; flag 2 mirrors the body's method and name into
@@ -43,5 +44,7 @@ fuzz_target!(|input: &[u8]| {
     for (name, value) in FUZZED.iter().zip(extra.split(|&b| b == 0x1f)) {
         add(&mut headers, name, value);
     }
+    // The generation decision reads every body first, whatever its headers.
+    let _ = sessionless::front::generation::of_post(&headers, body);
     let _ = sessionless::front::parse(&headers, body);
 });

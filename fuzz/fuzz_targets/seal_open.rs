@@ -1,4 +1,5 @@
-//! Opening sealed values (`requestState`, pagination cursors) from arbitrary
+//! Opening sealed values (`requestState`, pagination cursors, legacy session
+//! ids) from arbitrary
 //! strings: never a panic, and never accepted unless byte-identical to a
 //! blob the gateway sealed.
 //!
@@ -16,18 +17,23 @@ struct Fixture {
     seals: Seals,
     state: String,
     cursor: String,
+    session: String,
 }
 
 static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
     let seals = Seals::default();
-    let (state, cursor) = (seals.seal_state(), seals.seal_cursor());
-    assert!(seals.open_state(&state) && seals.open_cursor(&cursor), "the fixture opens its own blobs");
-    Fixture { seals, state, cursor }
+    let (state, cursor, session) = (seals.seal_state(), seals.seal_cursor(), seals.seal_session());
+    assert!(
+        seals.open_state(&state) && seals.open_cursor(&cursor) && seals.open_session(&session),
+        "the fixture opens its own blobs"
+    );
+    Fixture { seals, state, cursor, session }
 });
 
 fn check(f: &Fixture, blob: &str) {
     assert!(!f.seals.open_state(blob) || blob == f.state, "a forged requestState opened: {blob:?}");
     assert!(!f.seals.open_cursor(blob) || blob == f.cursor, "a forged cursor opened: {blob:?}");
+    assert!(!f.seals.open_session(blob) || blob == f.session, "a forged session id opened: {blob:?}");
 }
 
 fn edit(blob: &mut Vec<u8>, at: u8, op: u8) {
@@ -46,7 +52,12 @@ fuzz_target!(|input: &[u8]| {
     let f = &*FIXTURE;
     check(f, &String::from_utf8_lossy(input));
     let [which, edits @ ..] = input else { return };
-    let mut blob = if which & 1 == 0 { f.state.clone() } else { f.cursor.clone() }.into_bytes();
+    let mut blob = match which % 3 {
+        0 => f.state.clone(),
+        1 => f.cursor.clone(),
+        _ => f.session.clone(),
+    }
+    .into_bytes();
     for pair in edits.chunks_exact(2) {
         edit(&mut blob, pair[0], pair[1]);
     }

@@ -133,6 +133,29 @@ impl Seals {
         state::open(&self.sealer, blob, &expect).is_ok()
     }
 
+    /// A freshly sealed legacy session id that [`Seals::open_session`] accepts.
+    pub fn seal_session(&self) -> String {
+        crate::bridge::legacy_legacy::token::issue(&self.sealer, &self.session_claims())
+    }
+
+    /// Whether `blob` opens as the legacy session id of this route and principal.
+    pub fn open_session(&self, blob: &str) -> bool {
+        let c = self.session_claims();
+        crate::bridge::legacy_legacy::token::open(&self.sealer, blob, &c.r, &c.i, &c.p, 1).is_ok()
+    }
+
+    fn session_claims(&self) -> crate::bridge::legacy_legacy::token::Claims {
+        crate::bridge::legacy_legacy::token::Claims {
+            r: self.route.path.clone(),
+            i: self.route.upstream.url.to_string(),
+            u: Some("s".into()),
+            v: Some("2025-11-25".into()),
+            p: self.caller.principal.clone(),
+            iat: 0,
+            exp: u64::MAX,
+        }
+    }
+
     /// Whether `blob`, as `params.cursor`, opens as this request's cursor.
     pub fn open_cursor(&self, blob: &str) -> bool {
         let mut call = self.call.clone();
@@ -151,6 +174,9 @@ mod tests {
         let (state, cursor) = (seals.seal_state(), seals.seal_cursor());
         assert!(seals.open_state(&state) && seals.open_cursor(&cursor));
         assert!(!seals.open_state(&cursor) && !seals.open_cursor(&state), "each is bound to its use");
+        let session = seals.seal_session();
+        assert!(seals.open_session(&session));
+        assert!(!seals.open_session(&state) && !seals.open_state(&session) && !seals.open_cursor(&session));
         assert!(!Seals::default().open_state(&state), "another process's keys do not open it");
     }
 }
