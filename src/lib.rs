@@ -71,6 +71,9 @@ impl Running {
     }
 }
 
+/// How long shutdown waits for upstream sessions to be closed with `DELETE`.
+const CLOSE_SESSIONS: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Binds the listeners and starts the gateway; returns once it accepts connections.
 pub async fn run(config: Config) -> std::io::Result<Running> {
     let listener = TcpListener::bind(config.listen).await?;
@@ -105,7 +108,12 @@ pub async fn run(config: Config) -> std::io::Result<Running> {
         gateway.drain(drain_timeout).await;
         stop.cancel();
         futures_util::future::join_all(tasks).await;
-        gateway.modern_legacy().pool().close_all().await;
+        // Upstream sessions are told goodbye, for a bounded time: an upstream
+        // that hangs must not hold the process (its idle timeout ends them).
+        let closing = gateway.modern_legacy().pool().close_all();
+        if tokio::time::timeout(CLOSE_SESSIONS, closing).await.is_err() {
+            tracing::warn!("upstream sessions still closing at exit; left to the upstream's idle timeout");
+        }
     });
     Ok(Running { addr, internal_addr, drain, task })
 }
