@@ -1,149 +1,363 @@
-"""Sanity check of tests/interop/legacy_server.py with the legacy client it was built for.
+"""Legacy (2025-11-25 session) interop client on the official Python SDK mcp==1.30.0.
 
-Runs on mcp==1.30.0 (.peers/py-legacy) straight against the upstream, no gateway:
-initialize + Mcp-Session-Id, every fixture tool (elicitation and sampling answered
-by callbacks on the session), resources, templates, prompts, logging/setLevel.
-A failure here means the fixture (or the peer install) is broken, not the gateway.
+Runs on .peers/py-legacy, against an upstream directly (the fixture check in run.sh)
+or through the gateway (tests/interop/legacy.sh: two replicas behind a round-robin
+forwarder). Expectations per upstream come from tests/interop/profiles.json (the
+upstream's entry and its "legacy" part):
 
-    .peers/py-legacy/bin/python tests/interop/legacy_client.py --url http://127.0.0.1:N/mcp
+  initialize   Mcp-Session-Id issued, version 2025-11-25, server name, capabilities
+  ping, tools, progress, logging (logging/setLevel, exact levels), state (a counter
+  kept in the upstream session), error, elicitation and sampling (server->client
+  requests on the call's SSE stream, answered by callbacks), resources, templates,
+  prompts,
+  roots        a tool that asks roots/list (the 1.x server sends it on the standalone
+               GET stream; answered by the list_roots callback)
+  subscribe    resources/subscribe, a trigger, notifications/resources/updated for the
+               uri arrives (sent without a related request: only the GET stream carries
+               it; with "afterResult", it is sent after the trigger has answered), then
+               resources/unsubscribe (and, with "afterUnsubscribe", the upstream says so)
+  list-changed notifications/tools/list_changed arrives (GET stream only)
+  get-stream   the SDK opened the standalone GET stream: GET with the session id, 200
+               text/event-stream
+  wire         every request after initialize carried the session id and the version
+               header, and every session id the client saw was the same one
+  terminate    on exit the SDK sends DELETE (2xx); afterwards the session id is refused
+               (404, or the profile's endedSessionStatus)
+
+    .peers/py-legacy/bin/python tests/interop/legacy_client.py --url http://127.0.0.1:N/mcp \
+        [--upstream py-legacy|everything] [--label NAME]
+
+Prints `PASS|FAIL|SKIP <label>/<flow>[: reason]` (label default `legacy-client`);
+exit status 1 if any flow failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import pathlib
+import re
 import sys
+import time
 
 import anyio
+import httpx
 import mcp.types as types
 from mcp import ClientSession
-from mcp.client.streamable_http import streamablehttp_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from pydantic import FileUrl
 
 FLOW_TIMEOUT = 20
+ROOT_URI = "file:///tmp/sessionless-interop"
+ROOT_NAME = "interop-root"
+PROFILES = pathlib.Path(__file__).with_name("profiles.json")
 
 
-def text_of(result: types.CallToolResult) -> str:
-    return "".join(c.text for c in result.content if isinstance(c, types.TextContent))
+def text_of(result) -> str:
+    content = result.content if hasattr(result, "content") else result
+    return "".join(c.text for c in content if isinstance(c, types.TextContent))
 
 
-async def run(url: str) -> int:
+def check_text(got: str, spec: dict, what: str) -> None:
+    if "text" in spec:
+        assert got == spec["text"], f"{what}: {got!r} != {spec['text']!r}"
+    if "textContains" in spec:
+        assert spec["textContains"] in got, f"{what}: {spec['textContains']!r} not in {got[:300]!r}"
+
+
+async def run(url: str, upstream: str, label: str) -> int:
+    profile = json.loads(PROFILES.read_text())[upstream]
+    legacy = profile["legacy"]
     logs: list[types.LoggingMessageNotificationParams] = []
     progress: list[float] = []
+    notes: list[tuple[float, str, object]] = []  # (arrival, method, params)
+    exchanges: list[dict] = []
+    failures = 0
+
+    def report(status: str, flow: str, reason: str = "") -> None:
+        nonlocal failures
+        print(f"{status} {label}/{flow}{': ' + reason if reason else ''}", flush=True)
+        if status == "FAIL":
+            failures += 1
+
+    async def on_request(request: httpx.Request) -> None:
+        exchanges.append(
+            {
+                "method": request.method,
+                "session": request.headers.get("mcp-session-id"),
+                "version": request.headers.get("mcp-protocol-version"),
+                "body": request.content[:200] if request.method == "POST" else b"",
+            }
+        )
+        request.extensions["exchange"] = exchanges[-1]
+
+    async def on_response(response: httpx.Response) -> None:
+        ex = response.request.extensions.get("exchange")
+        if ex is not None:
+            ex["status"] = response.status_code
+            ex["type"] = response.headers.get("content-type", "")
+            ex["issued"] = response.headers.get("mcp-session-id")
 
     async def on_log(params: types.LoggingMessageNotificationParams) -> None:
         logs.append(params)
 
+    async def on_message(message) -> None:
+        if isinstance(message, types.ServerNotification):
+            notes.append((time.monotonic(), message.root.method, message.root.params))
+
     async def on_elicit(ctx, params: types.ElicitRequestParams):
-        return types.ElicitResult(action="accept", content={"user_name": "Ada"})
+        return types.ElicitResult(action="accept", content=profile["elicitation"]["answer"])
 
     async def on_sample(ctx, params: types.CreateMessageRequestParams):
         return types.CreateMessageResult(
-            role="assistant", content=types.TextContent(type="text", text="hi there"), model="fixture-model"
+            role="assistant",
+            content=types.TextContent(type="text", text=profile["sampling"]["answer"]),
+            model="interop-model",
         )
+
+    async def on_roots(ctx) -> types.ListRootsResult:
+        return types.ListRootsResult(roots=[types.Root(uri=FileUrl(ROOT_URI), name=ROOT_NAME)])
 
     async def on_progress(p: float, total: float | None, message: str | None) -> None:
         progress.append(p)
 
-    failures = 0
+    async def wait_note(method: str, since: float, match=lambda params: True, secs: float = 10):
+        with anyio.fail_after(secs):
+            while True:
+                for at, m, params in notes:
+                    if m == method and at >= since and match(params):
+                        return at
+                await anyio.sleep(0.05)
 
-    async with streamablehttp_client(url) as (read, write, get_session_id):
-        async with ClientSession(
-            read, write, logging_callback=on_log, elicitation_callback=on_elicit, sampling_callback=on_sample
-        ) as s:
-            init = await s.initialize()
+    http_client = create_mcp_http_client()
+    http_client.event_hooks = {"request": [on_request], "response": [on_response]}
+    session_id = None
+    async with http_client:
+        async with streamable_http_client(url, http_client=http_client) as (read, write, get_session_id):
+            async with ClientSession(
+                read,
+                write,
+                logging_callback=on_log,
+                message_handler=on_message,
+                elicitation_callback=on_elicit,
+                sampling_callback=on_sample,
+                list_roots_callback=on_roots,
+            ) as s:
+                init = await s.initialize()
+                session_id = get_session_id()
 
-            async def check(name, fn):
-                nonlocal failures
-                try:
-                    with anyio.fail_after(FLOW_TIMEOUT):
-                        await fn()
-                    print(f"PASS legacy-client/{name}")
-                except BaseException as e:  # noqa: BLE001 - report every failure the same way
-                    failures += 1
-                    print(f"FAIL legacy-client/{name}: {type(e).__name__}: {e}")
+                async def flow(name, fn, needs=None):
+                    spec = None
+                    if needs is not None:
+                        spec = legacy.get(needs, profile.get(needs))
+                        if spec is None:
+                            report("SKIP", name, f"upstream has no {needs} fixture")
+                            return
+                    try:
+                        with anyio.fail_after(FLOW_TIMEOUT):
+                            await (fn(spec) if needs is not None else fn())
+                        report("PASS", name)
+                    except BaseException as e:  # noqa: BLE001 - report every failure the same way
+                        report("FAIL", name, f"{type(e).__name__}: {e}")
 
-            async def initialize():
-                assert get_session_id(), "no Mcp-Session-Id issued"
-                assert init.capabilities.logging is not None, "logging capability not advertised"
-                assert init.serverInfo.name == "sessionless-interop-legacy", init.serverInfo
+                async def initialize():
+                    assert session_id, "no Mcp-Session-Id issued"
+                    assert init.protocolVersion == "2025-11-25", f"negotiated {init.protocolVersion}"
+                    assert init.serverInfo.name == profile["serverName"], init.serverInfo
+                    caps = init.capabilities
+                    for cap in profile["capabilities"]:
+                        assert getattr(caps, cap) is not None, f"capability {cap} not advertised"
+                    assert caps.resources is not None and caps.resources.subscribe, "resources.subscribe not advertised"
 
-            async def tools():
-                names = {t.name for t in (await s.list_tools()).tools}
-                want = {"echo", "add", "progress", "log", "counter", "fail", "elicit_name", "sample"}
-                assert want <= names, f"missing tools {want - names}"
-                r = await s.call_tool("echo", {"message": "hello"})
-                assert text_of(r) == "echo: hello" and not r.isError, r
-                r = await s.call_tool("add", {"a": 2, "b": 3})
-                assert text_of(r) == "5", r
+                async def ping():
+                    await s.send_ping()
 
-            async def prog():
-                progress.clear()
-                r = await s.call_tool("progress", {"steps": 3}, progress_callback=on_progress)
-                assert text_of(r) == "progress done: 3 steps", r
-                assert progress == [1, 2, 3], progress
+                async def tools():
+                    names = {t.name for t in (await s.list_tools()).tools}
+                    want = set(legacy["tools"])
+                    assert want <= names, f"missing tools {sorted(want - names)}"
+                    for key in ("echo", "add"):
+                        spec = profile[key]
+                        r = await s.call_tool(spec["tool"], spec["args"])
+                        assert not r.isError, r
+                        check_text(text_of(r), spec, key)
 
-            async def logging_():
-                logs.clear()
-                await s.set_logging_level("info")
-                r = await s.call_tool("log", {"message": "m"})
-                assert text_of(r) == "logged: m", r
-                levels = [m.level for m in logs]
-                assert levels == ["info", "warning", "error"], levels
+                async def prog(spec):
+                    progress.clear()
+                    r = await s.call_tool(spec["tool"], spec["args"], progress_callback=on_progress)
+                    check_text(text_of(r), spec, "result")
+                    assert len(progress) == spec["count"], f"{len(progress)} notifications: {progress}"
+                    assert progress == sorted(progress) and len(set(progress)) == len(progress), progress
 
-            async def state():
-                a = text_of(await s.call_tool("counter", {}))
-                b = text_of(await s.call_tool("counter", {}))
-                assert (a, b) == ("count: 1", "count: 2"), (a, b)
+                async def logging_(spec):
+                    if "subscribeUri" in spec:  # the upstream logs when a resource is subscribed to
+                        has = lambda: [m for m in logs if spec["textContains"] in str(m.data)]  # noqa: E731
+                        logs.clear()
+                        await s.set_logging_level(spec["level"])
+                        await s.subscribe_resource(spec["subscribeUri"])
+                        with anyio.fail_after(10):
+                            while not has():
+                                await anyio.sleep(0.05)
+                        await s.set_logging_level(spec["quietLevel"])
+                        logs.clear()
+                        await s.subscribe_resource(spec["subscribeUri"])
+                        await anyio.sleep(0.5)
+                        assert not has(), f"logged at {spec['level']} with the level at {spec['quietLevel']}"
+                        await s.unsubscribe_resource(spec["subscribeUri"])
+                        return
+                    logs.clear()
+                    await s.set_logging_level(spec["level"])
+                    r = await s.call_tool(spec["tool"], spec["args"])
+                    check_text(text_of(r), spec, "result")
+                    levels = [m.level for m in logs]
+                    assert levels == spec["expectLevels"], levels
 
-            async def fail():
-                r = await s.call_tool("fail", {})
-                assert r.isError and "tool failed" in text_of(r), r
+                async def state(spec):
+                    pattern = re.compile(spec["pattern"])
+                    a = pattern.match(text_of(await s.call_tool(spec["tool"], spec["args"])))
+                    b = pattern.match(text_of(await s.call_tool(spec["tool"], spec["args"])))
+                    assert a and b and int(b.group(1)) == int(a.group(1)) + 1, (a, b)
+                    print(f"INFO {label}/state: counter {a.group(1)} then {b.group(1)}")
 
-            async def elicit():
-                r = await s.call_tool("elicit_name", {})
-                assert text_of(r) == "hello, Ada", r
+                async def error(spec):
+                    r = await s.call_tool(spec["tool"], spec["args"])
+                    assert r.isError, r
+                    check_text(text_of(r), spec, "error text")
 
-            async def sample():
-                r = await s.call_tool("sample", {"prompt": "greet"})
-                assert text_of(r) == "sampled: hi there", r
+                async def elicitation(spec):
+                    r = await s.call_tool(spec["tool"], spec["args"])
+                    assert not r.isError, r
+                    check_text(text_of(r), spec, "result")
 
-            async def resources():
-                res = await s.list_resources()
-                assert "legacy://static/hello" in {str(r.uri) for r in res.resources}, res
-                rr = await s.read_resource("legacy://static/hello")
-                assert rr.contents[0].text == "Hello from the legacy upstream.", rr
-                tl = await s.list_resource_templates()
-                assert "legacy://items/{item_id}" in {t.uriTemplate for t in tl.resourceTemplates}, tl
-                rr = await s.read_resource("legacy://items/42")
-                assert rr.contents[0].text == "item 42", rr
+                async def sampling(spec):
+                    r = await s.call_tool(spec["tool"], spec["args"])
+                    assert not r.isError, r
+                    check_text(text_of(r), spec, "result")
 
-            async def prompts():
-                pl = await s.list_prompts()
-                greet = next(p for p in pl.prompts if p.name == "greet")
-                assert {a.name for a in greet.arguments or []} == {"name", "style"}, greet
-                g = await s.get_prompt("greet", {"name": "Ada"})
-                assert g.messages[0].content.text == "Write a friendly greeting for Ada.", g
+                async def resources(spec):
+                    res = await s.list_resources()
+                    assert spec["uri"] in {str(r.uri) for r in res.resources}, "resource not listed"
+                    rr = await s.read_resource(spec["uri"])
+                    check_text(rr.contents[0].text, spec, "contents")
 
-            for name, fn in [
-                ("initialize", initialize),
-                ("tools", tools),
-                ("progress", prog),
-                ("logging", logging_),
-                ("state", state),
-                ("error", fail),
-                ("elicitation", elicit),
-                ("sampling", sample),
-                ("resources", resources),
-                ("prompts", prompts),
-            ]:
-                await check(name, fn)
+                async def templates(spec):
+                    tl = await s.list_resource_templates()
+                    assert spec["uriTemplate"] in {t.uriTemplate for t in tl.resourceTemplates}, tl
+                    rr = await s.read_resource(spec["uri"])
+                    check_text(rr.contents[0].text, spec, "contents")
+
+                async def prompts(spec):
+                    pl = await s.list_prompts()
+                    p = next(p for p in pl.prompts if p.name == spec["name"])
+                    assert {a.name for a in p.arguments or []} == set(spec["argNames"]), p
+                    g = await s.get_prompt(spec["name"], spec["args"])
+                    check_text(g.messages[0].content.text, spec, "message")
+
+                async def roots(spec):
+                    r = await s.call_tool(spec["tool"], spec["args"])
+                    assert not r.isError, r
+                    check_text(text_of(r), spec, "result")
+
+                async def subscribe(spec):
+                    uri = spec["uri"]
+                    is_uri = lambda params: str(getattr(params, "uri", "")) == uri  # noqa: E731
+                    t0 = time.monotonic()
+                    await s.subscribe_resource(uri)
+                    trigger = spec["trigger"]
+                    r = await s.call_tool(trigger["tool"], trigger["args"])
+                    answered = time.monotonic()
+                    assert not r.isError, r
+                    check_text(text_of(r), trigger, "trigger")
+                    at = await wait_note("notifications/resources/updated", t0, is_uri)
+                    if spec.get("afterResult"):
+                        assert at > answered, "resources/updated arrived before the trigger's answer"
+                    if "stop" in spec:
+                        r = await s.call_tool(spec["stop"]["tool"], spec["stop"]["args"])
+                        check_text(text_of(r), spec["stop"], "stop")
+                    await s.unsubscribe_resource(uri)
+                    if "afterUnsubscribe" in spec:
+                        t1 = time.monotonic()
+                        r = await s.call_tool(trigger["tool"], trigger["args"])
+                        check_text(text_of(r), spec["afterUnsubscribe"], "after unsubscribe")
+                        await anyio.sleep(0.6)
+                        late = [m for at, m, p in notes if at >= t1 and m == "notifications/resources/updated"]
+                        assert not late, f"resources/updated after unsubscribe: {late}"
+
+                async def list_changed(spec):
+                    t0 = time.monotonic()
+                    r = await s.call_tool(spec["tool"], spec["args"])
+                    answered = time.monotonic()
+                    assert not r.isError, r
+                    at = await wait_note("notifications/tools/list_changed", t0)
+                    assert at > answered, "tools/list_changed arrived before the trigger's answer"
+
+                async def get_stream():
+                    gets = [e for e in exchanges if e["method"] == "GET"]
+                    assert gets, "the SDK opened no GET stream"
+                    ok = [e for e in gets if e.get("status") == 200 and e["type"].startswith("text/event-stream")]
+                    assert ok, f"no GET stream answered 200 text/event-stream: {gets}"
+                    assert all(e["session"] == session_id for e in gets), "a GET without the session id"
+
+                async def wire():
+                    first = exchanges[0]
+                    assert b'"initialize"' in first["body"] and first["session"] is None, first
+                    later = exchanges[1:]
+                    assert later, "nothing after initialize"
+                    bad = [e for e in later if e["session"] != session_id]
+                    assert not bad, f"{len(bad)} requests without this session id: {bad[:2]}"
+                    bad = [e for e in later if e["version"] != init.protocolVersion]
+                    assert not bad, f"{len(bad)} requests without MCP-Protocol-Version {init.protocolVersion}"
+                    issued = {e["issued"] for e in exchanges if e.get("issued")}
+                    assert issued == {session_id}, f"session ids seen: {issued}"
+
+                await flow("initialize", initialize)
+                await flow("ping", ping)
+                await flow("tools", tools)
+                await flow("progress", prog, "progress")
+                await flow("logging", logging_, "logging")
+                await flow("state", state, "state")
+                await flow("error", error, "error")
+                await flow("elicitation", elicitation, "elicitation")
+                await flow("sampling", sampling, "sampling")
+                await flow("resources", resources, "resource")
+                await flow("templates", templates, "template")
+                await flow("prompts", prompts, "prompt")
+                await flow("roots", roots, "roots")
+                await flow("subscribe", subscribe, "subscribe")
+                await flow("list-changed", list_changed, "listChanged")
+                await flow("get-stream", get_stream)
+                await flow("wire", wire)
+        # The transport has sent DELETE on the way out.
+        try:
+            deletes = [e for e in exchanges if e["method"] == "DELETE"]
+            assert deletes, "the SDK sent no DELETE"
+            assert all(200 <= e.get("status", 0) < 300 for e in deletes), f"DELETE answered {deletes}"
+            r = await http_client.post(
+                url,
+                headers={
+                    "mcp-session-id": session_id or "",
+                    "mcp-protocol-version": "2025-11-25",
+                    "accept": "application/json, text/event-stream",
+                    "content-type": "application/json",
+                },
+                json={"jsonrpc": "2.0", "id": 99, "method": "ping"},
+            )
+            want = legacy.get("endedSessionStatus", 404)
+            assert r.status_code == want, f"a request on the ended session got {r.status_code}, not {want}: {r.text[:200]}"
+            report("PASS", "terminate")
+        except BaseException as e:  # noqa: BLE001
+            report("FAIL", "terminate", f"{type(e).__name__}: {e}")
     return failures
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", required=True)
+    ap.add_argument("--upstream", default="py-legacy", help="profile in tests/interop/profiles.json")
+    ap.add_argument("--label", default="legacy-client")
     args = ap.parse_args()
-    sys.exit(1 if anyio.run(run, args.url) else 0)
+    sys.exit(1 if anyio.run(run, args.url, args.upstream, args.label) else 0)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,10 @@ sessions (Mcp-Session-Id issued on initialize, SSE responses), bound to 127.0.0.
 
 Everything here is what a 2025-era server does on its own: per-session state,
 a per-session log level (logging/setLevel), progress on the request's SSE stream,
-and server->client requests (elicitation, sampling) on the request's SSE stream.
+server->client requests (elicitation, sampling) on the request's SSE stream, and
+what only the session's standalone GET stream carries: roots/list (plain
+`list_roots()`), resources/updated for subscribed resources and tools/list_changed,
+the last two sent a moment *after* the tool that triggers them has answered.
 Names and texts are asserted by the clients through tests/interop/profiles.json.
 """
 
@@ -17,11 +20,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import weakref
+from typing import Any
 
 import mcp.types as types
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
-from pydantic import BaseModel, Field
+from mcp.server.lowlevel.server import NotificationOptions
+from pydantic import AnyUrl, BaseModel, Field
 
 mcp = FastMCP(
     name="sessionless-interop-legacy",
@@ -33,6 +38,8 @@ mcp = FastMCP(
 # Per-session state, keyed by the ServerSession object (one per Mcp-Session-Id).
 _counters: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _log_levels: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_subscriptions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_background: set[asyncio.Task] = set()
 _LEVELS = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
 
 
@@ -40,6 +47,38 @@ _LEVELS = ["debug", "info", "notice", "warning", "error", "critical", "alert", "
 async def _set_level(level: types.LoggingLevel) -> None:
     ctx = mcp.get_context()
     _log_levels[ctx.session] = level
+
+
+_plain_initialization_options = mcp._mcp_server.create_initialization_options
+
+
+def _initialization_options(
+    notification_options: NotificationOptions | None = None,
+    experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+):
+    """Declares what this server really does: tools/list_changed and resource subscriptions."""
+    options = _plain_initialization_options(
+        NotificationOptions(tools_changed=True, prompts_changed=False, resources_changed=False),
+        experimental_capabilities,
+    )
+    if options.capabilities.resources is not None:
+        options.capabilities.resources.subscribe = True
+    return options
+
+
+mcp._mcp_server.create_initialization_options = _initialization_options  # type: ignore[method-assign]
+
+
+def _later(coro) -> None:
+    """Runs `coro` shortly after the current request has been answered."""
+
+    async def run() -> None:
+        await asyncio.sleep(0.2)
+        await coro
+
+    task = asyncio.get_running_loop().create_task(run())
+    _background.add(task)
+    task.add_done_callback(_background.discard)
 
 
 def _enabled(ctx: Context, level: str) -> bool:
@@ -119,7 +158,42 @@ async def sample(ctx: Context, prompt: str = "Say hi") -> str:
     return f"sampled: {text}"
 
 
+@mcp.tool()
+async def roots(ctx: Context) -> str:
+    """Asks the client for its roots with the plain 1.x API (roots/list on the GET stream)."""
+    result = await ctx.session.list_roots()
+    return "roots: " + ", ".join(f"{r.uri} ({r.name})" for r in result.roots)
+
+
+@mcp.tool()
+async def touch(ctx: Context, uri: str) -> str:
+    """Sends notifications/resources/updated for `uri` shortly after answering, if this
+    session subscribed to it (the notification can only travel on the GET stream)."""
+    subscribed = uri in _subscriptions.get(ctx.session, set())
+    if subscribed:
+        _later(ctx.session.send_resource_updated(AnyUrl(uri)))
+    return f"touched {uri} (subscribed: {'yes' if subscribed else 'no'})"
+
+
+@mcp.tool()
+async def change_tools(ctx: Context) -> str:
+    """Sends notifications/tools/list_changed shortly after answering (GET stream only)."""
+    _later(ctx.session.send_tool_list_changed())
+    return "tools list changed"
+
+
 # ---------------------------------------------------------------- resources
+
+
+@mcp._mcp_server.subscribe_resource()
+async def _subscribe(uri: AnyUrl) -> None:
+    _subscriptions.setdefault(mcp._mcp_server.request_context.session, set()).add(str(uri))
+
+
+@mcp._mcp_server.unsubscribe_resource()
+async def _unsubscribe(uri: AnyUrl) -> None:
+    _subscriptions.get(mcp._mcp_server.request_context.session, set()).discard(str(uri))
+
 
 
 @mcp.resource("legacy://static/hello", name="hello", mime_type="text/plain")
