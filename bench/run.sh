@@ -179,7 +179,10 @@ cpu_ticks() { # user+system ticks of these processes (all their threads)
 }
 nginx_pids() { echo "$NGINX_PID $(cat "/proc/$NGINX_PID/task/$NGINX_PID/children" 2>/dev/null)"; }
 metric() { # $1 port, $2 metric name prefix → first value
-    curl -s "http://127.0.0.1:$1/metrics" | awk -v m="$2" 'index($0, m) == 1 {print $NF; exit}'
+    # awk reads to the end: exiting early would make curl fail with a broken
+    # pipe (exit 23) when the page is larger than the pipe, and pipefail + set -e
+    # would then end the whole run.
+    curl -s "http://127.0.0.1:$1/metrics" | awk -v m="$2" 'index($0, m) == 1 && !found {print $NF; found = 1}'
 }
 
 # Runs the load generator with a time bound; appends its JSON line to the
