@@ -6,8 +6,9 @@
 #
 #   bench/profile.sh                   # stateless tools/call echo, concurrency 8, 20 s
 #   PROFILE_MODE=mrtr bench/profile.sh # ask_user question + retry
+#   PROFILE_MODE=legacy bench/profile.sh # a legacy client's echo through the legacy relay
 #
-# Knobs: PROFILE_MODE (modern | mrtr | principals), PROFILE_CONCURRENCY (8),
+# Knobs: PROFILE_MODE (modern | mrtr | principals | legacy), PROFILE_CONCURRENCY (8),
 # PROFILE_SECONDS (20), BENCH_SKIP_BUILD=1, CARGO_TARGET_DIR (default target/).
 # Needs valgrind (apt-get install valgrind). Release builds carry line tables
 # (profile.release debug = 1), so the report names src/ lines.
