@@ -115,7 +115,7 @@ total=$(awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1; exit}' "$OUT/inclusi
             if (c > best[key]) { best[key] = c; who[key] = callee }
         }
         END { for (k in cost) printf "%9d Ir/req  %-40s %s\n", cost[k] / N, k, who[k] }' |
-    sort -k1,1nr | head -40 >"$OUT/src-lines.txt"
+    sort -k1,1nr | awk "NR <= 40" >"$OUT/src-lines.txt" # awk reads to the end: no broken pipe under pipefail
 {
     echo
     echo "top src/ lines (inclusive cost of the calls on the line, per request):"
