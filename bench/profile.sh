@@ -6,8 +6,9 @@
 #
 #   bench/profile.sh                   # stateless tools/call echo, concurrency 8, 20 s
 #   PROFILE_MODE=mrtr bench/profile.sh # ask_user question + retry
+#   PROFILE_MODE=legacy bench/profile.sh # a legacy client's echo through the legacy relay
 #
-# Knobs: PROFILE_MODE (modern | mrtr | principals), PROFILE_CONCURRENCY (8),
+# Knobs: PROFILE_MODE (modern | mrtr | principals | legacy), PROFILE_CONCURRENCY (8),
 # PROFILE_SECONDS (20), BENCH_SKIP_BUILD=1, CARGO_TARGET_DIR (default target/).
 # Needs valgrind (apt-get install valgrind). Release builds carry line tables
 # (profile.release debug = 1), so the report names src/ lines.
@@ -114,7 +115,7 @@ total=$(awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1; exit}' "$OUT/inclusi
             if (c > best[key]) { best[key] = c; who[key] = callee }
         }
         END { for (k in cost) printf "%9d Ir/req  %-40s %s\n", cost[k] / N, k, who[k] }' |
-    sort -k1,1nr | head -40 >"$OUT/src-lines.txt"
+    sort -k1,1nr | awk "NR <= 40" >"$OUT/src-lines.txt" # awk reads to the end: no broken pipe under pipefail
 {
     echo
     echo "top src/ lines (inclusive cost of the calls on the line, per request):"

@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # One-command benchmark of sessionless on loopback: throughput and latency of
 # tools/call `echo` direct to the built-in legacy server, through nginx (plain
-# reverse proxy) and through sessionless at concurrency 1, 8, 32; one MRTR
+# reverse proxy) and through sessionless at concurrency 1, 8, 32; the same for
+# a legacy (2025 session) client relayed by the gateway's legacy cell; one MRTR
 # round trip beside `echo`; gateway memory per parked flow and per pooled
 # session; the criterion microbenchmarks. Prints a table and writes it, with
 # the raw JSON lines and the logs, to bench/out/<timestamp>/ (and
 # bench/out/latest.md). Every process it starts is stopped on exit.
 #
-#   bench/run.sh                       # everything, about 5-6 minutes after the build
+#   bench/run.sh                       # everything, about 8-9 minutes after the build
 #   BENCH_REPS=5 BENCH_DURATION=10 bench/run.sh
+#   BENCH_ONLY=legacy bench/run.sh     # only the legacy relay cells (~3 min at 5 reps)
 #
 # Knobs (environment): BENCH_REPS (5) repetitions of every load cell,
 # BENCH_DURATION (3) measured seconds per cell, BENCH_WARMUP (1),
 # BENCH_PARKED (10000) flows to park, BENCH_PRINCIPALS (1000) pooled sessions
 # to open, BENCH_LOADGEN_THREADS (1), BENCH_SKIP_BUILD=1, BENCH_SKIP_CRITERION=1,
+# BENCH_ONLY (all): a comma-separated list of the parts to run, out of echo
+# (stateless echo cells), legacy (legacy relay cells), mrtr, memory, criterion,
 # CARGO_TARGET_DIR (default: target/). Needs: cargo, curl, nginx (installed
 # with apt-get when missing and running as root).
 set -euo pipefail
@@ -27,6 +31,13 @@ PARKED=${BENCH_PARKED:-10000}
 PRINCIPALS=${BENCH_PRINCIPALS:-1000}
 THREADS=${BENCH_LOADGEN_THREADS:-1}
 CONCURRENCY=(1 8 32)
+ONLY=${BENCH_ONLY:-}
+PARTS=(echo legacy mrtr memory criterion)
+want() { [[ -z $ONLY || ",$ONLY," == *",$1,"* ]]; }
+for part in ${ONLY//,/ }; do
+    [[ " ${PARTS[*]} " == *" $part "* ]] || { echo "BENCH_ONLY: unknown part '$part' (${PARTS[*]})" >&2; exit 2; }
+done
+if ! want criterion; then BENCH_SKIP_CRITERION=1; fi
 
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 OUT=$ROOT/bench/out/$STAMP
@@ -104,7 +115,7 @@ LOADGEN=$TARGET_DIR/release/examples/loadgen
     else
         echo "commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet HEAD -- src Cargo.toml 2>/dev/null || echo ' (src modified)')"
     fi
-    echo "knobs: reps=$REPS duration=${DURATION}s warmup=${WARMUP}s parked=$PARKED principals=$PRINCIPALS loadgen_threads=$THREADS"
+    echo "knobs: reps=$REPS duration=${DURATION}s warmup=${WARMUP}s parked=$PARKED principals=$PRINCIPALS loadgen_threads=$THREADS only=${ONLY:-all}"
 } >"$OUT/machine.txt"
 
 # --- servers ---------------------------------------------------------------
@@ -179,7 +190,10 @@ cpu_ticks() { # user+system ticks of these processes (all their threads)
 }
 nginx_pids() { echo "$NGINX_PID $(cat "/proc/$NGINX_PID/task/$NGINX_PID/children" 2>/dev/null)"; }
 metric() { # $1 port, $2 metric name prefix → first value
-    curl -s "http://127.0.0.1:$1/metrics" | awk -v m="$2" 'index($0, m) == 1 {print $NF; exit}'
+    # awk reads to the end: exiting early would make curl fail with a broken
+    # pipe (exit 23) when the page is larger than the pipe, and pipefail + set -e
+    # would then end the whole run.
+    curl -s "http://127.0.0.1:$1/metrics" | awk -v m="$2" 'index($0, m) == 1 && !found {print $NF; found = 1}'
 }
 
 # Runs the load generator with a time bound; appends its JSON line to the
@@ -209,13 +223,15 @@ load() { # mode addr label rep concurrency [extra args…]
 field() { grep -oE "\"$2\":[0-9.]+" <<<"$1" | head -1 | cut -d: -f2; }
 
 # --- 1. throughput and latency --------------------------------------------
+if want echo || want legacy || want mrtr; then
 start_upstream
 write_gateway_conf
 start_gateway gateway
 start_nginx
 log "upstream :$UPSTREAM_PORT, sessionless :$GATEWAY_PORT, nginx :$NGINX_PORT (workers: auto = $(nproc))"
+fi
 
-for rep in $(seq "$REPS"); do
+want echo && for rep in $(seq "$REPS"); do
     for c in "${CONCURRENCY[@]}"; do
         # Rotate the order so that no target always runs first or last.
         order=(direct nginx sessionless)
@@ -232,18 +248,49 @@ for rep in $(seq "$REPS"); do
     done
 done
 
+# --- 1b. the legacy relay ----------------------------------------------------
+# A legacy (2025 session) client's tools/call echo: the load generator opens
+# one session (initialize + notifications/initialized) per run and every
+# connection reuses its id: the upstream's own for direct and nginx (which
+# passes Mcp-Session-Id through), the gateway's sealed token for sessionless
+# (legacy cell: the token is opened, the upstream's id swapped in, the body
+# relayed as it is). Every answer is checked (200, a result, no isError).
+want legacy && for rep in $(seq "$REPS"); do
+    for c in "${CONCURRENCY[@]}"; do
+        order=(direct nginx sessionless)
+        shift_by=$(((rep - 1) % 3))
+        order=("${order[@]:$shift_by}" "${order[@]:0:$shift_by}")
+        for t in "${order[@]}"; do
+            case $t in
+            direct) PROXY_PIDS="" addr=127.0.0.1:$UPSTREAM_PORT ;;
+            nginx) PROXY_PIDS=$(nginx_pids) addr=127.0.0.1:$NGINX_PORT ;;
+            sessionless) PROXY_PIDS=$GATEWAY_PID addr=127.0.0.1:$GATEWAY_PORT ;;
+            esac
+            line=$(load legacy "$addr" "legacy-$t" "$rep" "$c")
+            log "rep $rep c=$c legacy $t: $(field "$line" rps) req/s, p50 $(field "$line" p50_us) µs, p99 $(field "$line" p99_us) µs, errors $(field "$line" errors), proxy CPU $(field "$line" proxy_cpu_us) µs/req"
+        done
+    done
+done
+
 # --- 2. MRTR round trip beside echo ----------------------------------------
-PROXY_PIDS=$GATEWAY_PID
-for rep in $(seq "$REPS"); do
+want mrtr && for rep in $(seq "$REPS"); do
+    PROXY_PIDS=$GATEWAY_PID
     line=$(load modern "127.0.0.1:$GATEWAY_PORT" mrtr-echo "$rep" 1)
     log "rep $rep echo c=1: p50 $(field "$line" p50_us) µs"
     line=$(load mrtr "127.0.0.1:$GATEWAY_PORT" mrtr "$rep" 1)
     log "rep $rep MRTR round trip c=1: p50 $(field "$line" p50_us) µs (question $(field "$line" question_p50_us), retry $(field "$line" retry_p50_us)), errors $(field "$line" errors)"
 done
-stop "$NGINX_PID"
-stop "$GATEWAY_PID"
+if [[ -n ${GATEWAY_PID:-} ]]; then
+    stop "$NGINX_PID"
+    stop "$GATEWAY_PID"
+fi
 
 # --- 3. memory per parked flow (fresh gateway) ------------------------------
+if want memory; then
+if [[ -z ${UPSTREAM_PID:-} ]]; then
+    start_upstream
+    write_gateway_conf
+fi
 start_gateway gateway-parked
 GW=127.0.0.1:$GATEWAY_PORT
 # Warm up the paths a parked flow uses, then take the baseline.
@@ -282,6 +329,7 @@ sessions=$(( ${open_after:-0} - ${open_before:-0} ))
 log "pooled sessions: +$sessions (errors $(field "$line" errors)), VmRSS $before → $after KiB"
 echo "{\"kind\":\"mem\",\"what\":\"pooled sessions (one principal each)\",\"count\":$sessions,\"before_kb\":$before,\"after_kb\":$after}" >>"$RESULTS"
 cleanup
+fi
 
 # --- 5. criterion microbenchmarks (quiet machine) ---------------------------
 CRIT_ARGS=()

@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! loadgen legacy     --addr HOST:PORT [-c N] [-d SECS] [--warmup SECS]   tools/call echo on a legacy session opened first
+//!                                                                       (direct, through nginx, or through the gateway's legacy relay)
 //! loadgen modern     --addr HOST:PORT [-c N] [-d SECS] [--warmup SECS]   stateless 2026-07-28 tools/call echo
 //! loadgen mrtr       --addr HOST:PORT [-c N] [-d SECS] [--warmup SECS]   ask_user → input_required → retry; one sample = both
 //! loadgen park       --addr HOST:PORT --count N [-c N]                   N ask_user calls left parked (never retried)
@@ -567,26 +568,32 @@ mod report {
         load(lines, label, c).map(|l| (l["rep"].as_u64().unwrap_or(0), l)).collect()
     }
 
-    fn render(lines: &[Value], crit: BTreeMap<String, f64>) -> String {
-        let mut s = String::new();
+    /// The medians of one cell at one concurrency, per repetition ratios.
+    struct Ratios {
+        tput: Option<f64>,
+        added: Option<f64>,
+        gateway_errors: u64,
+    }
+
+    /// One group of load cells: direct, nginx and the gateway, each at
+    /// concurrency 1, 8 and 32. `prefix` is the group's label prefix ("" for
+    /// the stateless echo cells, "legacy-" for the legacy relay cells). Writes
+    /// the medians table and the ratios table; returns the ratios by concurrency.
+    fn group(s: &mut String, lines: &[Value], prefix: &str, title: &str, reps: usize) -> Vec<(u64, Ratios)> {
         let targets = ["direct", "nginx", "sessionless"];
-        let reps = lines
-            .iter()
-            .filter(|l| l["kind"] == "load")
-            .filter_map(|l| l["rep"].as_u64())
-            .collect::<std::collections::BTreeSet<_>>()
-            .len();
-        let _ = writeln!(s, "### tools/call echo, closed loop, medians over {reps} repetitions\n");
+        let label = |t: &str| format!("{prefix}{t}");
+        let _ = writeln!(s, "### {title}, closed loop, medians over {reps} repetitions\n");
         let _ = writeln!(
             s,
             "| concurrency | target | req/s | p50 µs | p99 µs | errors | proxy CPU µs/req | upstream CPU µs/req |"
         );
         let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|---:|---:|");
         let mut ratio_rows = Vec::new();
-        let mut verdicts = Vec::new();
+        let mut out = Vec::new();
         for c in [1u64, 8, 32] {
             for t in targets {
-                let ls: Vec<&Value> = load(lines, t, c).collect();
+                let l = label(t);
+                let ls: Vec<&Value> = load(lines, &l, c).collect();
                 if ls.is_empty() {
                     continue;
                 }
@@ -603,8 +610,8 @@ mod report {
                 );
             }
             // Ratios are taken within each repetition (same minute, same load), then the median.
-            let (d, n, g) =
-                (by_rep(lines, "direct", c), by_rep(lines, "nginx", c), by_rep(lines, "sessionless", c));
+            let (dl, nl, gl) = (label("direct"), label("nginx"), label("sessionless"));
+            let (d, n, g) = (by_rep(lines, &dl, c), by_rep(lines, &nl, c), by_rep(lines, &gl, c));
             let mut cpu = Vec::new();
             let mut tput = Vec::new();
             let mut added = Vec::new();
@@ -623,7 +630,7 @@ mod report {
                     }
                 }
             }
-            let sl_errors: u64 = load(lines, "sessionless", c).filter_map(|l| l["errors"].as_u64()).sum();
+            let gateway_errors: u64 = load(lines, &gl, c).filter_map(|l| l["errors"].as_u64()).sum();
             let tput_m = median(tput);
             let added_m = median(added);
             ratio_rows.push(format!(
@@ -634,19 +641,7 @@ mod report {
                 f(median(ng_added), 0),
                 f(added_m, 2)
             ));
-            if c == 32 {
-                verdicts.push(format!(
-                    "| throughput sessionless / nginx at c=32, no errors | ≥ 0.90 | {} ({} errors) | {} |",
-                    f(tput_m, 2),
-                    sl_errors,
-                    verdict(tput_m.map(|r| r >= 0.9 && sl_errors == 0))
-                ));
-            }
-            verdicts.push(format!(
-                "| added p50 over direct, sessionless / nginx, c={c} | ≤ 1.5 | {} | {} |",
-                f(added_m, 2),
-                verdict(added_m.map(|r| r <= 1.5))
-            ));
+            out.push((c, Ratios { tput: tput_m, added: added_m, gateway_errors }));
         }
         let _ = writeln!(s, "\n### Ratios (per repetition, then median)\n");
         let _ = writeln!(
@@ -656,6 +651,45 @@ mod report {
         let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|");
         for r in &ratio_rows {
             let _ = writeln!(s, "{r}");
+        }
+        out
+    }
+
+    fn render(lines: &[Value], crit: BTreeMap<String, f64>) -> String {
+        let mut s = String::new();
+        let reps = lines
+            .iter()
+            .filter(|l| l["kind"] == "load")
+            .filter_map(|l| l["rep"].as_u64())
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
+        let has = |label: &str| lines.iter().any(|l| l["kind"] == "load" && l["label"] == label);
+        let mut verdicts = Vec::new();
+        if has("sessionless") || has("nginx") || has("direct") {
+            for (c, r) in group(&mut s, lines, "", "tools/call echo", reps) {
+                if c == 32 {
+                    verdicts.push(format!(
+                        "| throughput sessionless / nginx at c=32, no errors | ≥ 0.90 | {} ({} errors) | {} |",
+                        f(r.tput, 2),
+                        r.gateway_errors,
+                        verdict(r.tput.map(|t| t >= 0.9 && r.gateway_errors == 0))
+                    ));
+                }
+                verdicts.push(format!(
+                    "| added p50 over direct, sessionless / nginx, c={c} | ≤ 1.5 | {} | {} |",
+                    f(r.added, 2),
+                    verdict(r.added.map(|a| a <= 1.5))
+                ));
+            }
+        }
+        // The legacy relay (a 2025 session client through the gateway's
+        // legacy cell): informative, no targets of its own.
+        if has("legacy-sessionless") || has("legacy-nginx") || has("legacy-direct") {
+            if !s.is_empty() {
+                s.push('\n');
+            }
+            let title = "legacy client, tools/call echo on a session (relay)";
+            group(&mut s, lines, "legacy-", title, reps);
         }
 
         // MRTR
@@ -737,11 +771,13 @@ mod report {
             }
         }
 
-        let _ = writeln!(s, "\n### Targets\n");
-        let _ = writeln!(s, "| target | goal | measured | verdict |");
-        let _ = writeln!(s, "|---|---|---|---|");
-        for v in verdicts {
-            let _ = writeln!(s, "{v}");
+        if !verdicts.is_empty() {
+            let _ = writeln!(s, "\n### Targets\n");
+            let _ = writeln!(s, "| target | goal | measured | verdict |");
+            let _ = writeln!(s, "|---|---|---|---|");
+            for v in verdicts {
+                let _ = writeln!(s, "{v}");
+            }
         }
         s
     }
