@@ -53,6 +53,8 @@ impl Cell {
 pub struct Target {
     pub route: Arc<Route>,
     pub upstream: Transport,
+    /// The upstream instance, as sealed into tokens that must come back to it (its URL).
+    pub instance: String,
     /// What the upstream speaks.
     pub generation: Generation,
 }
@@ -73,7 +75,8 @@ impl Targets {
                         metrics.clone(),
                         r.path.clone(),
                     );
-                    Arc::new(Target { route: r.clone(), upstream, generation: Generation::Legacy })
+                    let instance = r.upstream.url.to_string();
+                    Arc::new(Target { route: r.clone(), upstream, instance, generation: Generation::Legacy })
                 })
                 .collect(),
         )

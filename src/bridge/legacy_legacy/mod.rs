@@ -89,15 +89,21 @@ struct Envelope<'a> {
 
 impl Peeked {
     fn of(body: &[u8]) -> Result<Peeked, Error> {
-        // Checked without building a tree: the body goes on as it came.
-        if !stream::is_json_message(body) {
-            return Err(Error::Parse);
-        }
-        if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
-            return Ok(Peeked { id: None, label: "batch", initialize: false });
-        }
-        let env: Envelope<'_> = serde_json::from_slice(body)
-            .map_err(|_| Error::InvalidRequest("not a JSON-RPC message".into()))?;
+        // Read without building a tree: the body goes on as it came. A
+        // struct read checks the whole document's syntax too.
+        let env = match serde_json::from_slice::<Envelope<'_>>(body) {
+            Ok(env) => env,
+            Err(_) if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') => {
+                if !stream::is_json_message(body) {
+                    return Err(Error::Parse);
+                }
+                return Ok(Peeked { id: None, label: "batch", initialize: false });
+            }
+            Err(_) if stream::is_json_message(body) => {
+                return Err(Error::InvalidRequest("not a JSON-RPC message".into()))
+            }
+            Err(_) => return Err(Error::Parse),
+        };
         let id = env
             .id
             .filter(|raw| matches!(raw.get().as_bytes().first(), Some(b'"' | b'-' | b'0'..=b'9')))
@@ -332,7 +338,7 @@ impl Bridge {
         let now = token::now();
         let claims = Claims {
             r: target.route.path.clone(),
-            i: target.upstream.upstream.url.to_string(),
+            i: target.instance.clone(),
             u: upstream_session,
             v: version,
             p: caller.principal.clone(),
@@ -474,9 +480,15 @@ impl Bridge {
             return Err(self.reject(target, Rejected::Invalid));
         };
         let id = id.to_str().map_err(|_| self.reject(target, Rejected::Invalid))?;
-        let instance = target.upstream.upstream.url.to_string();
-        token::open(&self.services.sealer, id, &target.route.path, &instance, &caller.principal, token::now())
-            .map_err(|why| self.reject(target, why))
+        token::open(
+            &self.services.sealer,
+            id,
+            &target.route.path,
+            &target.instance,
+            &caller.principal,
+            token::now(),
+        )
+        .map_err(|why| self.reject(target, why))
     }
 
     fn reject(&self, target: &Target, why: Rejected) -> Error {
@@ -568,4 +580,33 @@ fn raw_answer(status: StatusCode, body: Bytes, sse: bool, session: Option<Header
         h.insert(SESSION_ID, session);
     }
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_classified_without_a_tree() {
+        let ok = |body: &str| Peeked::of(body.as_bytes()).unwrap();
+        let p = ok(r#"{"jsonrpc":"2.0","id":"a","method":"initialize","params":{}}"#);
+        assert_eq!((p.label, p.initialize, p.id), ("initialize", true, Some(serde_json::json!("a"))));
+        assert_eq!(ok(r#"{"jsonrpc":"2.0","id":1,"method":"x/y"}"#).label, "other");
+        assert_eq!(ok(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).label, "notification");
+        let r = ok(r#"{"jsonrpc":"2.0","id":7,"result":{}}"#);
+        assert_eq!((r.label, r.id), ("response", None), "a response's id is the server's");
+        assert_eq!(ok(r#" [{"jsonrpc":"2.0","method":"a"}]"#).label, "batch");
+        assert_eq!(
+            ok(r#"{"jsonrpc":"2.0","id":{"x":1},"method":"ping"}"#).id,
+            None,
+            "odd ids are not echoed"
+        );
+        let err = |body: &str| Peeked::of(body.as_bytes()).unwrap_err().reason();
+        assert_eq!(err("{"), "parse_error");
+        assert_eq!(err("[1,"), "parse_error");
+        assert_eq!(err("42"), "parse_error");
+        assert_eq!(err(r#"{"jsonrpc":"1.0","id":1,"method":"a"}"#), "invalid_request");
+        assert_eq!(err(r#"{"jsonrpc":"2.0","method":"a","method":"b"}"#), "invalid_request");
+        assert_eq!(err(r#"{"jsonrpc":"2.0","id":1}"#), "invalid_request");
+    }
 }
