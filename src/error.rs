@@ -65,6 +65,9 @@ pub enum Error {
     Upstream { code: i64, message: String, data: Option<Value> },
     #[error("upstream unreachable")]
     UpstreamUnreachable,
+    /// The upstream speaks a stateless revision this gateway does not.
+    #[error("upstream speaks an unsupported protocol revision")]
+    UpstreamRefused,
     #[error("upstream timed out")]
     UpstreamTimeout,
     #[error("upstream sent an invalid response: {0}")]
@@ -109,6 +112,7 @@ impl Error {
         match self {
             Upstream { .. }
             | UpstreamUnreachable
+            | UpstreamRefused
             | UpstreamTimeout
             | UpstreamInvalid(_)
             | UpstreamTooLarge
@@ -143,6 +147,7 @@ impl Error {
             MissingCapability(_) => "missing_capability",
             Upstream { .. } => "upstream_error",
             UpstreamUnreachable => "upstream_unreachable",
+            UpstreamRefused => "upstream_refused",
             UpstreamTimeout => "upstream_timeout",
             UpstreamInvalid(_) => "upstream_invalid",
             UpstreamTooLarge => "upstream_too_large",
@@ -170,9 +175,8 @@ impl Error {
             MethodNotFound(_) => StatusCode::NOT_FOUND,
             Upstream { code, .. } if *code == code::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
             Upstream { .. } => StatusCode::OK,
-            UpstreamUnreachable | UpstreamInvalid(_) | UpstreamTooLarge | OutcomeUnknown => {
-                StatusCode::BAD_GATEWAY
-            }
+            UpstreamUnreachable | UpstreamRefused | UpstreamInvalid(_) | UpstreamTooLarge
+            | OutcomeUnknown => StatusCode::BAD_GATEWAY,
             UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             ReplicaRefused => StatusCode::BAD_GATEWAY,
             Overloaded => StatusCode::SERVICE_UNAVAILABLE,
@@ -213,8 +217,8 @@ impl Error {
                 Some(json!({"requiredCapabilities": caps})),
             ),
             Upstream { code, message, data } => (*code, message.clone(), data.clone()),
-            UpstreamUnreachable | UpstreamTimeout | UpstreamInvalid(_) | UpstreamTooLarge
-            | OutcomeUnknown => {
+            UpstreamUnreachable | UpstreamRefused | UpstreamTimeout | UpstreamInvalid(_)
+            | UpstreamTooLarge | OutcomeUnknown => {
                 (code::INTERNAL_ERROR, upstream_message(self).into(), Some(json!({"reason": self.reason()})))
             }
             ReplicaRefused => (
@@ -276,6 +280,7 @@ fn upstream_message(err: &Error) -> &'static str {
         Error::UpstreamUnreachable => "Upstream server unreachable",
         Error::UpstreamTimeout => "Upstream server timed out",
         Error::UpstreamTooLarge => "Upstream response too large",
+        Error::UpstreamRefused => "Upstream server speaks a protocol revision this gateway does not support",
         Error::OutcomeUnknown => "Upstream stream broke after the call was sent; its outcome is unknown",
         _ => "Upstream server sent an invalid response",
     }

@@ -17,7 +17,10 @@ pub const DURATION_BUCKETS: [f64; 14] =
 pub struct RequestLabels {
     pub route: String,
     pub method: &'static str,
+    /// The client's generation.
     pub generation: &'static str,
+    /// The upstream's generation.
+    pub upstream: &'static str,
     pub outcome: &'static str,
 }
 
@@ -75,6 +78,13 @@ pub struct OpenedLabels {
     pub requested: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GenerationLabels {
+    pub route: String,
+    pub upstream: String,
+    pub generation: &'static str,
+}
+
 type HistogramFamily = Family<MethodLabels, Histogram, fn() -> Histogram>;
 
 #[derive(Clone)]
@@ -101,6 +111,7 @@ pub struct Metrics {
     pub internal_refused: Family<RefusedLabels, Counter>,
     pub legacy_sessions_opened: Family<OpenedLabels, Counter>,
     pub session_tokens_rejected: Family<ReasonLabels, Counter>,
+    pub upstream_generation: Family<GenerationLabels, Gauge>,
 }
 
 fn duration_histogram() -> Histogram {
@@ -132,6 +143,7 @@ impl Metrics {
             internal_refused: Family::default(),
             legacy_sessions_opened: Family::default(),
             session_tokens_rejected: Family::default(),
+            upstream_generation: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("sessionless");
         r.register("requests", "Client requests by generation and outcome", m.requests.clone());
@@ -208,6 +220,11 @@ impl Metrics {
             "Legacy session ids refused with 404, by reason",
             m.session_tokens_rejected.clone(),
         );
+        r.register(
+            "upstream_generation",
+            "1 for what each upstream was found (or configured) to speak: unknown, legacy, modern, refused",
+            m.upstream_generation.clone(),
+        );
         m
     }
 
@@ -229,6 +246,7 @@ mod tests {
                 route: "/mcp".into(),
                 method: "tools/call",
                 generation: "modern",
+                upstream: "legacy",
                 outcome: "ok",
             })
             .inc();

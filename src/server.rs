@@ -16,7 +16,9 @@ use tokio::net::TcpListener;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
-use crate::bridge::{legacy_legacy, modern_legacy, Caller, Cell, Generation, Services, Target, Targets};
+use crate::bridge::{
+    legacy_legacy, modern_legacy, modern_modern, Caller, Cell, Generation, Services, Target, Targets,
+};
 use crate::cluster;
 use crate::config::{Config, ConnLimits};
 use crate::conn::Tracked;
@@ -35,6 +37,7 @@ pub struct Gateway {
     /// The cells (DESIGN §9).
     modern_legacy: Arc<modern_legacy::Bridge>,
     legacy_legacy: legacy_legacy::Bridge,
+    modern_modern: modern_modern::Bridge,
     metrics: Metrics,
     registry: Registry,
     draining: AtomicBool,
@@ -61,6 +64,7 @@ impl Gateway {
             body_budget: crate::body::Budget::new(config.limits.max_buffered_body_bytes),
             modern_legacy: Arc::new(modern_legacy::Bridge::new(&config, services.clone())),
             legacy_legacy: legacy_legacy::Bridge::new(&config, services.clone()),
+            modern_modern: modern_modern::Bridge::new(services.clone()),
             config: Arc::new(config),
             targets,
             services,
@@ -120,17 +124,6 @@ impl Gateway {
         }
     }
 
-    fn count(
-        &self,
-        target: &Target,
-        generation: Generation,
-        method: &'static str,
-        outcome: &'static str,
-        started: Instant,
-    ) {
-        self.services.count(&target.route.path, generation, method, outcome, started);
-    }
-
     fn reject(
         &self,
         target: &Target,
@@ -138,7 +131,14 @@ impl Gateway {
         err: &Error,
         started: Instant,
     ) -> Response<Body> {
-        self.count(target, Generation::Modern, "invalid", err.reason(), started);
+        let upstream = target.detected.known().and_then(Result::ok).unwrap_or(Generation::Legacy);
+        self.services.count(
+            &target.route.path,
+            (Generation::Modern, upstream),
+            "invalid",
+            err.reason(),
+            started,
+        );
         let mut resp = error_response(id, err);
         if err.status() == StatusCode::METHOD_NOT_ALLOWED {
             resp.headers_mut()
@@ -169,12 +169,18 @@ impl Gateway {
                 body: Bytes::new(),
                 forwarded: false,
             };
-            return match Cell::of(Generation::Legacy, &target) {
+            let upstream = match target.detected.generation(&target.upstream).await {
+                Ok(upstream) => upstream,
+                Err(e) => return self.reject(&target, None, &e, started),
+            };
+            return match Cell::of(Generation::Legacy, upstream) {
                 Cell::LegacyLegacy => {
-                    self.legacy_legacy.session_verb(&target, &parts.method, caller, started).await
+                    self.legacy_legacy.session_verb(&target, upstream, &parts.method, caller, started).await
                 }
                 // No session verbs on the modern cells: what a 2026 endpoint says.
-                Cell::ModernLegacy => self.reject(&target, None, &Error::MethodNotAllowed, started),
+                Cell::ModernLegacy | Cell::ModernModern => {
+                    self.reject(&target, None, &Error::MethodNotAllowed, started)
+                }
             };
         }
         // Taken before the body is read: a body in memory holds a permit
@@ -197,10 +203,16 @@ impl Gateway {
             body,
             forwarded: false,
         };
-        match Cell::of(generation, &target) {
-            Cell::ModernLegacy => self.dispatch(target, caller, admission, started).await,
+        let upstream = match target.detected.generation(&target.upstream).await {
+            Ok(upstream) => upstream,
+            Err(e) => return self.reject(&target, front::request_id(&caller.body).as_ref(), &e, started),
+        };
+        match Cell::of(generation, upstream) {
+            cell @ (Cell::ModernLegacy | Cell::ModernModern) => {
+                self.dispatch(cell, target, caller, admission, started).await
+            }
             Cell::LegacyLegacy => {
-                self.legacy_legacy.post(&target, caller, Box::new(admission), started).await
+                self.legacy_legacy.post(&target, upstream, caller, Box::new(admission), started).await
             }
         }
     }
@@ -266,9 +278,10 @@ impl Gateway {
         Ok(self.run(target, *call, caller, admission, started).await)
     }
 
-    /// Parses the request and runs it to its answer: front → bridge → reply.
+    /// Parses a modern request and runs it to its answer on its cell.
     async fn dispatch(
         self: Arc<Self>,
+        cell: Cell,
         target: Arc<Target>,
         caller: Caller,
         admission: Admission,
@@ -279,7 +292,41 @@ impl Gateway {
             Ok(Message::Call(call)) => *call,
             Err(rej) => return self.reject(&target, rej.id.as_ref(), &rej.error, started),
         };
+        if cell == Cell::ModernModern {
+            return self.pass(target, call, caller, admission, started).await;
+        }
         self.run(target, call, caller, admission, started).await
+    }
+
+    /// A modern call on a modern upstream: passed through. The concurrency
+    /// permit lives as long as the answer; the body's budget share only
+    /// until it was sent.
+    async fn pass(
+        &self,
+        target: Arc<Target>,
+        call: front::Call,
+        caller: Caller,
+        admission: Admission,
+        started: Instant,
+    ) -> Response<Body> {
+        let retry = call.params.contains_key("requestState");
+        if self.draining.load(Ordering::SeqCst) && !retry {
+            return self.reject(&target, Some(&call.id), &Error::Overloaded, started);
+        }
+        let Admission { _call: permit, _body: share } = admission;
+        let (resp, outcome) = self
+            .modern_modern
+            .serve(&target, &call, &caller.headers, &caller.principal, caller.body, Box::new(permit))
+            .await;
+        drop(share);
+        self.services.count(
+            &target.route.path,
+            (Generation::Modern, Generation::Modern),
+            call.method.as_str(),
+            outcome,
+            started,
+        );
+        resp
     }
 
     /// Runs a parsed call to its answer: bridge → reply.
@@ -310,7 +357,13 @@ impl Gateway {
         // Boxed: it may move to a task of its own (`Inline`).
         let work: Work = Box::pin(async move {
             let outcome = gateway.modern_legacy.serve(&target, call, caller, reply).await;
-            gateway.count(&target, Generation::Modern, method, outcome, started);
+            gateway.services.count(
+                &target.route.path,
+                (Generation::Modern, Generation::Legacy),
+                method,
+                outcome,
+                started,
+            );
             drop(admission);
         });
         let answer = Inline { work: Some(work), answer }.await;

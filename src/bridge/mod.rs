@@ -12,6 +12,13 @@
 //! | legacy | [`legacy_legacy`] | (to come) |
 
 pub mod legacy_legacy;
+pub mod modern_modern;
+mod rejected;
+pub mod relay;
+mod target;
+
+pub use rejected::Rejected;
+pub use target::{Detected, Target, Targets};
 pub mod modern_legacy;
 
 use std::sync::Arc;
@@ -20,11 +27,10 @@ use std::time::Duration;
 use http::HeaderMap;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, Route};
+use crate::config::Config;
 pub use crate::front::generation::Generation;
 use crate::metrics::Metrics;
 use crate::seal::Sealer;
-use crate::upstream::Transport;
 
 /// The bridge a request runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,57 +39,22 @@ pub enum Cell {
     ModernLegacy,
     /// A session client on a session-based upstream: relayed, session id sealed.
     LegacyLegacy,
+    /// A 2026 client on a 2026 upstream: passed through, `requestState` enveloped.
+    ModernModern,
 }
 
 impl Cell {
-    /// The cell for a client message of generation `client` on `target`.
-    pub fn of(client: Generation, target: &Target) -> Cell {
-        match (client, target.generation) {
+    /// The cell for a client message of generation `client` on an upstream
+    /// of generation `upstream`.
+    pub fn of(client: Generation, upstream: Generation) -> Cell {
+        match (client, upstream) {
             (Generation::Modern, Generation::Legacy) => Cell::ModernLegacy,
+            (Generation::Modern, Generation::Modern) => Cell::ModernModern,
             (Generation::Legacy, Generation::Legacy) => Cell::LegacyLegacy,
-            // Every upstream is driven as a session server until the
-            // generation probe exists; no target is built as modern.
-            (Generation::Modern, Generation::Modern) => Cell::ModernLegacy,
+            // A modern server that also serves the session era (the SDK v2
+            // servers) takes legacy clients as they are.
             (Generation::Legacy, Generation::Modern) => Cell::LegacyLegacy,
         }
-    }
-}
-
-/// A resolved route: its configuration and the handle of its upstream.
-pub struct Target {
-    pub route: Arc<Route>,
-    pub upstream: Transport,
-    /// The upstream instance, as sealed into tokens that must come back to it (its URL).
-    pub instance: String,
-    /// What the upstream speaks.
-    pub generation: Generation,
-}
-
-/// The routing table: every route with its upstream handle, built once.
-pub struct Targets(Vec<Arc<Target>>);
-
-impl Targets {
-    pub fn new(config: &Config, metrics: &Metrics) -> Targets {
-        Targets(
-            config
-                .routes
-                .iter()
-                .map(|r| {
-                    let upstream = Transport::new(
-                        r.upstream.clone(),
-                        config.limits.max_upstream_response_bytes,
-                        metrics.clone(),
-                        r.path.clone(),
-                    );
-                    let instance = r.upstream.url.to_string();
-                    Arc::new(Target { route: r.clone(), upstream, instance, generation: Generation::Legacy })
-                })
-                .collect(),
-        )
-    }
-
-    pub fn get(&self, path: &str) -> Option<&Arc<Target>> {
-        self.0.iter().find(|t| t.route.path == path)
     }
 }
 
@@ -132,18 +103,24 @@ impl Services {
 }
 
 impl Services {
-    /// Counts one finished client request and its duration.
+    /// Counts one finished client request (by client and upstream
+    /// generation) and its duration.
     pub fn count(
         &self,
         route: &str,
-        generation: Generation,
+        (client, upstream): (Generation, Generation),
         method: &'static str,
         outcome: &'static str,
         started: std::time::Instant,
     ) {
         use crate::metrics::{MethodLabels, RequestLabels};
-        let labels =
-            RequestLabels { route: route.to_string(), method, generation: generation.as_str(), outcome };
+        let labels = RequestLabels {
+            route: route.to_string(),
+            method,
+            generation: client.as_str(),
+            upstream: upstream.as_str(),
+            outcome,
+        };
         self.metrics.requests.get_or_create(&labels).inc();
         self.metrics
             .request_duration
@@ -152,7 +129,8 @@ impl Services {
         tracing::debug!(
             target: "sessionless::access",
             route,
-            generation = generation.as_str(),
+            generation = client.as_str(),
+            upstream = upstream.as_str(),
             method,
             outcome,
             micros = started.elapsed().as_micros() as u64,

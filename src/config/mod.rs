@@ -98,10 +98,21 @@ pub enum Continuity {
 pub struct Upstream {
     pub name: String,
     pub url: Uri,
+    /// Which generation the upstream speaks, or how to find out.
+    pub generation: UpstreamGeneration,
     pub protocol_version: String,
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
     pub call_timeout: Duration,
+}
+
+/// `generation` in an upstream's configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamGeneration {
+    /// Probed with `server/discover`.
+    Auto,
+    Legacy,
+    Modern,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,6 +210,7 @@ impl Config {
                 name: "default".into(),
                 url: upstream.into(),
                 protocol_version: None,
+                generation: None,
                 connect_timeout_ms: None,
                 response_timeout_ms: None,
                 call_timeout_ms: None,
@@ -376,9 +388,21 @@ fn upstream(u: &raw::RawUpstream, text: &str) -> Result<Upstream, ConfigError> {
             at(text, "protocol_version")
         )));
     }
+    let generation = match u.generation.as_deref() {
+        None | Some("auto") => UpstreamGeneration::Auto,
+        Some("legacy") => UpstreamGeneration::Legacy,
+        Some("modern") => UpstreamGeneration::Modern,
+        Some(other) => {
+            return Err(ConfigError(format!(
+                "{}generation must be \"auto\", \"legacy\" or \"modern\", not `{other}`",
+                at(text, "generation")
+            )))
+        }
+    };
     Ok(Upstream {
         name: u.name.clone(),
         url,
+        generation,
         protocol_version,
         connect_timeout: ms(u.connect_timeout_ms, 5_000),
         response_timeout: ms(u.response_timeout_ms, 30_000),

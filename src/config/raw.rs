@@ -62,6 +62,8 @@ pub struct RawUpstream {
     pub url: String,
     /// Legacy version offered at `initialize` (default 2025-11-25).
     pub protocol_version: Option<String>,
+    /// "auto" (default: found by probing `server/discover`), "legacy" or "modern".
+    pub generation: Option<String>,
     pub connect_timeout_ms: Option<u64>,
     /// Time allowed until the upstream starts answering a request.
     pub response_timeout_ms: Option<u64>,

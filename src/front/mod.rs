@@ -149,6 +149,21 @@ struct Envelope<'a> {
     error: Option<serde::de::IgnoredAny>,
 }
 
+/// The request id of a body, when it is a string or a number: for errors
+/// answered before the body is parsed (no tree is built for anything else).
+pub fn request_id(body: &[u8]) -> Option<Value> {
+    #[derive(serde::Deserialize)]
+    struct Id<'a> {
+        #[serde(borrow)]
+        id: Option<&'a serde_json::value::RawValue>,
+    }
+    let raw = serde_json::from_slice::<Id<'_>>(body).ok()?.id?;
+    match raw.get().as_bytes().first() {
+        Some(b'"' | b'-' | b'0'..=b'9') => serde_json::from_str(raw.get()).ok(),
+        _ => None,
+    }
+}
+
 /// Parses and validates one POST body with its headers.
 pub fn parse(headers: &HeaderMap, body: &[u8]) -> Result<Message, Rejection> {
     if let Ok(Envelope {

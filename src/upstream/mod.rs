@@ -5,6 +5,7 @@
 
 pub(crate) mod event_limit;
 pub(crate) mod h1;
+pub mod probe;
 pub mod transport;
 
 pub use transport::{EventStream, PostError, Reply, SessionWire, StreamEnd, Streams, Transport};

@@ -118,7 +118,18 @@ impl Transport {
             headers[n] = *h;
             n += 1;
         }
-        let send = self.http.send(method, &headers[..n], body);
+        self.send_headers(method, &headers[..n], body).await
+    }
+
+    /// Sends one request with exactly `headers` (besides `Host` and the
+    /// framing); the raw answer once its head has arrived.
+    pub(crate) async fn send_headers(
+        &self,
+        method: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<h1::Response, PostError> {
+        let send = self.http.send(method, headers, body);
         match tokio::time::timeout(self.upstream.response_timeout, send).await {
             Err(_) => {
                 self.count("timeout");

@@ -18,6 +18,15 @@ pub use client::{Events, ModernRequest, Reply, PATIENCE, VERSION};
 #[allow(unused_imports)]
 pub use upstream::{Answer, FakeUpstream, Seen, Step, Upstream};
 
+/// Every upstream configured as legacy rather than probed: the fakes are
+/// legacy servers, and a probe would be one more request they see.
+pub fn legacy_upstreams(mut config: Config) -> Config {
+    for route in &mut config.routes {
+        std::sync::Arc::make_mut(route).upstream.generation = sessionless::config::UpstreamGeneration::Legacy;
+    }
+    config
+}
+
 /// A gateway running in this test's runtime; stopped when dropped.
 pub struct Gateway {
     running: Option<Running>,
@@ -33,19 +42,29 @@ impl Drop for Gateway {
 }
 
 impl Gateway {
-    /// `sessionless --upstream URL`, listening on 127.0.0.1:0.
+    /// `sessionless --upstream URL` for a legacy upstream (the fake), its
+    /// generation configured rather than probed (so the upstream sees only
+    /// what the test's requests cause); listening on 127.0.0.1:0.
     pub async fn start(upstream_url: &str) -> Gateway {
+        let config =
+            Config::single(upstream_url, "127.0.0.1:0".parse().unwrap()).expect("single-upstream config");
+        Gateway::with_config(legacy_upstreams(config)).await
+    }
+
+    /// `sessionless --upstream URL` exactly: the upstream's generation probed.
+    pub async fn start_auto(upstream_url: &str) -> Gateway {
         let config =
             Config::single(upstream_url, "127.0.0.1:0".parse().unwrap()).expect("single-upstream config");
         Gateway::with_config(config).await
     }
 
     /// A routing file; `{upstream}` is replaced by `upstream_url`. The
-    /// listener is always 127.0.0.1:0.
+    /// listener is always 127.0.0.1:0; upstreams are taken as legacy (the
+    /// fake), not probed.
     pub async fn from_toml(toml: &str, upstream_url: &str) -> Gateway {
         let text = toml.replace("{upstream}", upstream_url);
         let config = Config::from_toml(&text).expect("test config is valid");
-        Gateway::with_config(config).await
+        Gateway::with_config(legacy_upstreams(config)).await
     }
 
     pub async fn with_config(mut config: Config) -> Gateway {

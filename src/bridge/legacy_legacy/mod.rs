@@ -13,7 +13,7 @@
 //! and overall), body and event sizes, timeouts and the stream slots.
 
 mod quota;
-mod stream;
+
 pub mod token;
 
 use std::any::Any;
@@ -27,6 +27,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use super::relay::{self as stream, Relay};
 use super::{Caller, Generation, Services, Target};
 use crate::config::Config;
 use crate::error::{error_body, Error};
@@ -35,7 +36,6 @@ use crate::front::SUPPORTED_VERSIONS;
 use crate::metrics::{OpenedLabels, ReasonLabels};
 use crate::reply::{self, Body};
 use crate::upstream::{h1, PostError, SessionWire};
-use stream::Relay;
 use token::{Claims, Rejected};
 
 const ACCEPT_BOTH: &str = "application/json, text/event-stream";
@@ -185,6 +185,7 @@ impl Bridge {
     pub async fn post(
         &self,
         target: &Target,
+        upstream: Generation,
         caller: Caller,
         hold: Box<dyn Any + Send + Sync>,
         started: Instant,
@@ -203,7 +204,7 @@ impl Bridge {
                 }
             }
         };
-        self.services.count(&target.route.path, Generation::Legacy, label, outcome, started);
+        self.services.count(&target.route.path, (Generation::Legacy, upstream), label, outcome, started);
         resp
     }
 
@@ -211,6 +212,7 @@ impl Bridge {
     pub async fn session_verb(
         &self,
         target: &Target,
+        upstream: Generation,
         method: &http::Method,
         caller: Caller,
         started: Instant,
@@ -227,7 +229,7 @@ impl Bridge {
             }
         };
         let label = if get { "GET" } else { "DELETE" };
-        self.services.count(&target.route.path, Generation::Legacy, label, outcome, started);
+        self.services.count(&target.route.path, (Generation::Legacy, upstream), label, outcome, started);
         resp
     }
 
@@ -275,6 +277,7 @@ impl Bridge {
                     stop: self.services.draining.clone(),
                     id: None,
                     _hold: Box::new(slot),
+                    rewrite: None,
                 };
                 Ok(relay.response(None))
             }
@@ -420,6 +423,7 @@ impl Bridge {
                     stop: self.services.shutdown.clone(),
                     id: peek.id.clone(),
                     _hold: Box::new((hold, Streaming::new(&self.streaming))),
+                    rewrite: None,
                 };
                 Ok(relay.response(None))
             }

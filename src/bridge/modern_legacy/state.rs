@@ -6,10 +6,9 @@ use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::error::Error;
 use crate::seal::Sealer;
 
 /// The sealed payload. Short field names keep the blob small.
@@ -56,49 +55,7 @@ pub struct FlowState {
     pub ans: Option<BTreeMap<String, Value>>,
 }
 
-/// Why a `requestState` was refused; each is a `data.reason` and a metric label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rejected {
-    Invalid,
-    Expired,
-    WrongPrincipal,
-    WrongRequest,
-    FlowGone,
-    StaleRound,
-    /// The owner replica is gone and the upstream stream cannot be resumed.
-    FlowLost,
-}
-
-impl Rejected {
-    pub fn reason(self) -> &'static str {
-        match self {
-            Rejected::Invalid => "invalid",
-            Rejected::Expired => "expired",
-            Rejected::WrongPrincipal => "wrong_principal",
-            Rejected::WrongRequest => "wrong_request",
-            Rejected::FlowGone => "flow_finished",
-            Rejected::StaleRound => "stale_round",
-            Rejected::FlowLost => "flow_lost",
-        }
-    }
-
-    pub fn error(self) -> Error {
-        let message = match self {
-            Rejected::Invalid => "requestState is not valid",
-            Rejected::Expired => "requestState expired: the paused call was abandoned; start the call again",
-            Rejected::WrongPrincipal => "requestState was issued to another caller",
-            Rejected::WrongRequest => "requestState belongs to another request (method, name or arguments differ)",
-            Rejected::FlowGone => {
-                "requestState refers to a call that has finished or is no longer paused; start the call again"
-            }
-            Rejected::StaleRound => "requestState is from an earlier round of this call",
-            Rejected::FlowLost => {
-                "the gateway replica holding this call is gone and the upstream call cannot be resumed; start the call again"
-            }
-        };
-        Error::InvalidParams { message: message.into(), data: Some(json!({"reason": self.reason()})) }
-    }
-}
+pub use crate::bridge::Rejected;
 
 pub fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
@@ -166,6 +123,7 @@ mod tests {
     use crate::config::SealKey;
     use base64::engine::general_purpose::URL_SAFE_NO_PAD;
     use base64::Engine;
+    use serde_json::json;
 
     fn sealer() -> Sealer {
         Sealer::new(vec![SealKey { id: "k1".into(), bytes: [7; 32] }])

@@ -1,6 +1,8 @@
-//! An upstream SSE answer relayed to a legacy client event by event: ids,
-//! event names and `retry` untouched, so the client can resume with
-//! `Last-Event-ID` through any replica. Each event is held to the upstream
+//! An upstream SSE answer relayed to the client event by event (the legacy
+//! relay and the modern pass-through): ids, event names and `retry`
+//! untouched, so a legacy client can resume with `Last-Event-ID` through any
+//! replica; a cell may rewrite an event's data (the pass-through seals a
+//! modern upstream's `requestState`). Each event is held to the upstream
 //! size limit and its data must be JSON (a JSON-RPC message or a batch);
 //! anything else ends the stream with a gateway error event instead. The
 //! gateway adds keep-alive comments while the upstream is quiet, and ends
@@ -36,7 +38,12 @@ pub struct Relay {
     pub id: Option<Value>,
     /// Whatever must live as long as the stream (permits, budget shares).
     pub _hold: Box<dyn Any + Send + Sync>,
+    /// Rewrites an event's JSON data; `None` keeps it as it is.
+    pub rewrite: Option<Rewrite>,
 }
+
+/// An event data rewrite: the new data, or `None` to keep the event.
+pub type Rewrite = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
 impl Relay {
     pub fn events(body: h1::Body, limit: usize) -> Pin<Box<SseStream<EventLimited<h1::Body>>>> {
@@ -89,10 +96,14 @@ impl Relay {
             Woke::Stop => Next::End,
             Woke::Deadline => self.fail(&Error::UpstreamTimeout),
             Woke::Quiet => Next::Event(Bytes::from_static(b": keep-alive\n\n")),
-            Woke::Event(Some(Ok(event))) => match encode(&event) {
-                Some(bytes) => Next::Event(bytes),
-                None => self.fail(&Error::UpstreamInvalid("event is not JSON")),
-            },
+            Woke::Event(Some(Ok(mut event))) => {
+                if let (Some(rewrite), Some(data)) = (&self.rewrite, &event.data) {
+                    if let Some(new) = rewrite(data) {
+                        event.data = Some(new);
+                    }
+                }
+                self.encoded(&event)
+            }
             Woke::Event(Some(Err(sse_stream::Error::Body(e))))
                 if e.downcast_ref::<BodyError>() == Some(&BodyError::TooLarge) =>
             {
@@ -103,8 +114,15 @@ impl Relay {
         }
     }
 
+    fn encoded(&self, event: &Sse) -> Next {
+        match encode(event) {
+            Some(bytes) => Next::Event(bytes),
+            None => self.fail(&Error::UpstreamInvalid("event is not JSON")),
+        }
+    }
+
     fn fail(&self, err: &Error) -> Next {
-        crate::log_limited!(tracing::Level::WARN, reason = err.reason(), "legacy relay stream ended");
+        crate::log_limited!(tracing::Level::WARN, reason = err.reason(), "relayed stream ended");
         let body =
             serde_json::to_vec(&error_body(self.id.as_ref(), err, SUPPORTED_VERSIONS)).expect("serialises");
         let mut out = BytesMut::with_capacity(body.len() + 24);

@@ -1,0 +1,212 @@
+//! Modern (2026-07-28) clients on modern upstreams: a pass-through (DESIGN §9).
+//!
+//! After the front door's checks the client's body goes upstream as it was
+//! received, with the MCP headers mirrored (never credentials, never a
+//! session id), and the answer streams back as it comes: JSON, or SSE event
+//! by event. One thing is changed on the way: an upstream `requestState`
+//! travels to the client inside the gateway's sealed [`envelope`], and the
+//! retry's envelope is opened (bound to principal, route, method, name and
+//! instance) and the upstream's state put back byte for byte. No upstream
+//! session, nothing parked: any replica serves any request. A client that
+//! leaves drops the upstream request, which a 2026 server takes as
+//! cancellation.
+
+mod envelope;
+
+use std::any::Any;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Response, StatusCode};
+use serde_json::Value;
+
+use super::relay::{self, Relay};
+use super::{Services, Target};
+use crate::error::{error_body, Error};
+use crate::front::{Call, SUPPORTED_VERSIONS};
+use crate::metrics::ReasonLabels;
+use crate::reply::{self, Body};
+use crate::seal::Sealer;
+use crate::upstream::{h1, PostError};
+use envelope::{Expect, Rejected};
+
+const ACCEPT_BOTH: &str = "application/json, text/event-stream";
+
+pub struct Bridge {
+    services: Arc<Services>,
+}
+
+/// What an upstream `requestState` is sealed with: the call's bindings.
+struct Binding {
+    sealer: Arc<Sealer>,
+    principal: String,
+    route: String,
+    method: &'static str,
+    name: Option<String>,
+    instance: String,
+}
+
+impl Binding {
+    fn expect(&self) -> Expect<'_> {
+        Expect {
+            principal: &self.principal,
+            route: &self.route,
+            method: self.method,
+            name: self.name.as_deref(),
+            instance: &self.instance,
+            now: crate::bridge::legacy_legacy::token::now(),
+        }
+    }
+
+    /// The message with its `result.requestState` sealed, or `None` when it
+    /// carries none (most messages: a substring check avoids the tree).
+    fn seal_in(&self, text: &str) -> Option<String> {
+        if !text.contains("\"requestState\"") {
+            return None;
+        }
+        let mut msg: Value = serde_json::from_str(text).ok()?;
+        let state = msg.pointer_mut("/result/requestState")?;
+        let sealed = envelope::seal(&self.sealer, &self.expect(), state.as_str()?);
+        *state = Value::String(sealed);
+        Some(msg.to_string())
+    }
+}
+
+impl Bridge {
+    pub fn new(services: Arc<Services>) -> Bridge {
+        Bridge { services }
+    }
+
+    /// Passes `call` (whose body is `body`, as received) to the upstream;
+    /// the answer, and the outcome label for metrics. `hold` lives as long
+    /// as the answer.
+    pub async fn serve(
+        &self,
+        target: &Target,
+        call: &Call,
+        headers: &http::HeaderMap,
+        principal: &str,
+        body: Bytes,
+        hold: Box<dyn Any + Send + Sync>,
+    ) -> (Response<Body>, &'static str) {
+        let binding = Binding {
+            sealer: self.services.sealer.clone(),
+            principal: principal.to_string(),
+            route: target.route.path.clone(),
+            method: call.method.as_str(),
+            name: call.name.clone(),
+            instance: target.instance.clone(),
+        };
+        match self.pass(target, call, headers, body, binding, hold).await {
+            Ok(resp) => (resp, "forwarded"),
+            Err(e) => {
+                if matches!(e, Error::UpstreamUnreachable) {
+                    // Gone, or restarted: maybe as another generation.
+                    target.detected.suspect();
+                }
+                let resp =
+                    reply::json_response(e.status(), &error_body(Some(&call.id), &e, SUPPORTED_VERSIONS));
+                (resp, e.reason())
+            }
+        }
+    }
+
+    async fn pass(
+        &self,
+        target: &Target,
+        call: &Call,
+        headers: &http::HeaderMap,
+        body: Bytes,
+        binding: Binding,
+        hold: Box<dyn Any + Send + Sync>,
+    ) -> Result<Response<Body>, Error> {
+        let body = match call.params.get("requestState") {
+            None => body,
+            Some(Value::String(blob)) => {
+                let inner = envelope::open(&self.services.sealer, blob, &binding.expect())
+                    .map_err(|why| self.rejected(target, why))?;
+                with_state(&body, inner)?
+            }
+            Some(_) => return Err(self.rejected(target, Rejected::Invalid)),
+        };
+        let mut out: Vec<(&str, &str)> = headers
+            .iter()
+            .filter(|(k, _)| crate::front::headers::is_mcp(k))
+            .filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?)))
+            .collect();
+        if !headers.contains_key(header::ACCEPT) {
+            out.push(("accept", ACCEPT_BOTH));
+        }
+        let resp = match target.upstream.send_headers("POST", &out, &body).await {
+            // Not sent: safe to send once more.
+            Err(PostError::NotSent) => target.upstream.send_headers("POST", &out, &body).await,
+            other => other,
+        }
+        .map_err(|e| crate::bridge::modern_legacy::map_post_error(e, true))?;
+        let sse = resp.header("content-type").is_some_and(|c| c.starts_with("text/event-stream"));
+        if sse && (200..300).contains(&resp.status) {
+            let relay = Relay {
+                events: Relay::events(resp.body, target.upstream.max_response()),
+                keepalive: self.services.keepalive,
+                deadline: Some(tokio::time::Instant::now() + target.route.upstream.call_timeout),
+                stop: self.services.shutdown.clone(),
+                id: Some(call.id.clone()),
+                _hold: hold,
+                rewrite: Some(Box::new(move |data: &str| binding.seal_in(data))),
+            };
+            return Ok(relay.response(None));
+        }
+        self.json_answer(target, resp, &binding).await
+    }
+
+    /// A JSON answer: passed as it is when it is a JSON-RPC message (any
+    /// status), its `requestState` sealed; anything else is a gateway error.
+    async fn json_answer(
+        &self,
+        target: &Target,
+        resp: h1::Response,
+        binding: &Binding,
+    ) -> Result<Response<Body>, Error> {
+        let status = StatusCode::from_u16(resp.status).unwrap_or(StatusCode::BAD_GATEWAY);
+        let json = resp.header("content-type").is_some_and(|c| c.starts_with("application/json"));
+        if status == StatusCode::ACCEPTED {
+            return Ok(reply::empty(StatusCode::ACCEPTED));
+        }
+        let body = target
+            .upstream
+            .read_body(resp.body)
+            .await
+            .map_err(|e| crate::bridge::modern_legacy::map_post_error(e, true))?;
+        if !json || !relay::is_json_message(&body) {
+            return Err(Error::UpstreamInvalid(if status.is_success() {
+                "content type"
+            } else {
+                "error status"
+            }));
+        }
+        let body = match std::str::from_utf8(&body).ok().and_then(|t| binding.seal_in(t)) {
+            Some(sealed) => Bytes::from(sealed),
+            None => body,
+        };
+        let mut out = Response::new(reply::full(body));
+        *out.status_mut() = status;
+        out.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        Ok(out)
+    }
+
+    fn rejected(&self, target: &Target, why: Rejected) -> Error {
+        let labels = ReasonLabels { route: target.route.path.clone(), reason: why.reason() };
+        self.services.metrics.request_state_rejected.get_or_create(&labels).inc();
+        why.error()
+    }
+}
+
+/// The retry's body with the upstream's own `requestState` put back.
+fn with_state(body: &[u8], state: String) -> Result<Bytes, Error> {
+    let mut msg: Value = serde_json::from_slice(body).map_err(|_| Error::Parse)?;
+    let Some(slot) = msg.pointer_mut("/params/requestState") else {
+        return Err(Error::Internal("retry without requestState".into()));
+    };
+    *slot = Value::String(state);
+    Ok(Bytes::from(serde_json::to_vec(&msg).expect("serialises")))
+}

@@ -1,0 +1,203 @@
+//! Resolved routes: each route with the handle of its upstream and what the
+//! upstream was found to speak. Built once; a lookup on the request path
+//! either finds a target or answers 404, it cannot miss in between.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::Generation;
+use crate::config::{Config, Route, UpstreamGeneration};
+use crate::error::Error;
+use crate::metrics::{GenerationLabels, Metrics};
+use crate::upstream::probe::{self, Found};
+use crate::upstream::Transport;
+
+/// A resolved route: its configuration and the handle of its upstream.
+pub struct Target {
+    pub route: Arc<Route>,
+    pub upstream: Transport,
+    /// The upstream instance, as sealed into tokens that must come back to it (its URL).
+    pub instance: String,
+    /// What the upstream speaks (configured, or found by probing).
+    pub detected: Detected,
+}
+
+/// The routing table: every route with its upstream handle, built once.
+pub struct Targets(Vec<Arc<Target>>);
+
+impl Targets {
+    pub fn new(config: &Config, metrics: &Metrics) -> Targets {
+        Targets(
+            config
+                .routes
+                .iter()
+                .map(|r| {
+                    let upstream = Transport::new(
+                        r.upstream.clone(),
+                        config.limits.max_upstream_response_bytes,
+                        metrics.clone(),
+                        r.path.clone(),
+                    );
+                    let instance = r.upstream.url.to_string();
+                    let detected = Detected::new(r.upstream.generation, metrics.clone(), r);
+                    Arc::new(Target { route: r.clone(), upstream, instance, detected })
+                })
+                .collect(),
+        )
+    }
+
+    pub fn get(&self, path: &str) -> Option<&Arc<Target>> {
+        self.0.iter().find(|t| t.route.path == path)
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = &Arc<Target>> {
+        self.0.iter()
+    }
+}
+
+const UNKNOWN: u8 = 0;
+const LEGACY: u8 = 1;
+const MODERN: u8 = 2;
+const REFUSED: u8 = 3;
+
+/// After a probe that could not reach the upstream, requests are answered
+/// 502 for this long before the next probe (an outage does not become a
+/// probe per request).
+const PROBE_BACKOFF: Duration = Duration::from_secs(1);
+
+/// An upstream's generation: fixed by the configuration, or probed on first
+/// need and cached until something suggests the upstream changed.
+pub struct Detected {
+    auto: bool,
+    state: AtomicU8,
+    /// Held while a probe runs (one at a time); the last failed probe.
+    probing: tokio::sync::Mutex<Option<Instant>>,
+    /// What a refused upstream speaks, for `/readyz` and the logs.
+    refused: Mutex<Vec<String>>,
+    metrics: Metrics,
+    route: String,
+    upstream: String,
+}
+
+impl Detected {
+    fn new(setting: UpstreamGeneration, metrics: Metrics, route: &Route) -> Detected {
+        let state = match setting {
+            UpstreamGeneration::Auto => UNKNOWN,
+            UpstreamGeneration::Legacy => LEGACY,
+            UpstreamGeneration::Modern => MODERN,
+        };
+        let d = Detected {
+            auto: setting == UpstreamGeneration::Auto,
+            state: AtomicU8::new(state),
+            probing: tokio::sync::Mutex::new(None),
+            refused: Mutex::new(Vec::new()),
+            metrics,
+            route: route.path.clone(),
+            upstream: route.upstream.name.clone(),
+        };
+        d.export(state);
+        d
+    }
+
+    /// What is known now, without asking: `None` before the first probe.
+    pub fn known(&self) -> Option<Result<Generation, Vec<String>>> {
+        match self.state.load(Ordering::Acquire) {
+            LEGACY => Some(Ok(Generation::Legacy)),
+            MODERN => Some(Ok(Generation::Modern)),
+            REFUSED => Some(Err(self.refused.lock().expect("refused lock").clone())),
+            _ => None,
+        }
+    }
+
+    /// The upstream's generation, probing it first if it is not known yet.
+    pub async fn generation(&self, upstream: &Transport) -> Result<Generation, Error> {
+        match self.known() {
+            Some(Ok(g)) => return Ok(g),
+            Some(Err(_)) => return Err(Error::UpstreamRefused),
+            None => {}
+        }
+        let mut last_failure = self.probing.lock().await;
+        // Another request may have probed while this one waited.
+        match self.known() {
+            Some(Ok(g)) => return Ok(g),
+            Some(Err(_)) => return Err(Error::UpstreamRefused),
+            None => {}
+        }
+        if last_failure.is_some_and(|at| at.elapsed() < PROBE_BACKOFF) {
+            return Err(Error::UpstreamUnreachable);
+        }
+        match probe::probe(upstream).await {
+            Ok(found) => {
+                *last_failure = None;
+                self.settle(found);
+                self.known().expect("just settled").map_err(|_| Error::UpstreamRefused)
+            }
+            Err(e) => {
+                *last_failure = Some(Instant::now());
+                crate::log_limited!(
+                    tracing::Level::WARN,
+                    route = %self.route,
+                    upstream = %self.upstream,
+                    ?e,
+                    "could not probe the upstream's generation"
+                );
+                Err(crate::bridge::modern_legacy::map_post_error(e, false))
+            }
+        }
+    }
+
+    fn settle(&self, found: Found) {
+        let state = match &found {
+            Found::Legacy => LEGACY,
+            Found::Modern => MODERN,
+            Found::OtherRevision(supported) => {
+                *self.refused.lock().expect("refused lock") = supported.clone();
+                tracing::error!(
+                    route = %self.route,
+                    upstream = %self.upstream,
+                    ?supported,
+                    "the upstream speaks another revision of the stateless protocol, not {}: refused",
+                    crate::front::MODERN_VERSION
+                );
+                REFUSED
+            }
+        };
+        if !matches!(found, Found::OtherRevision(_)) {
+            tracing::info!(route = %self.route, upstream = %self.upstream, generation = ?found, "upstream probed");
+        }
+        self.state.store(state, Ordering::Release);
+        self.export(state);
+    }
+
+    /// Something suggests the upstream changed (it went away, or answered
+    /// as the other generation would): probe again before the next request.
+    pub fn suspect(&self) {
+        if self.auto && self.state.swap(UNKNOWN, Ordering::AcqRel) != UNKNOWN {
+            tracing::info!(route = %self.route, upstream = %self.upstream, "upstream will be probed again");
+            self.export(UNKNOWN);
+        }
+    }
+
+    fn export(&self, state: u8) {
+        for (value, name) in
+            [(UNKNOWN, "unknown"), (LEGACY, "legacy"), (MODERN, "modern"), (REFUSED, "refused")]
+        {
+            let labels = GenerationLabels {
+                route: self.route.clone(),
+                upstream: self.upstream.clone(),
+                generation: name,
+            };
+            self.metrics.upstream_generation.get_or_create(&labels).set(i64::from(value == state));
+        }
+    }
+
+    /// One line for `/readyz` and `sessionless upstreams`.
+    pub fn describe(&self) -> String {
+        match self.known() {
+            Some(Ok(g)) => g.as_str().to_string(),
+            Some(Err(supported)) => format!("refused (speaks {})", supported.join(", ")),
+            None => "unknown (not probed yet, or unreachable)".into(),
+        }
+    }
+}

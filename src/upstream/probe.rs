@@ -1,0 +1,129 @@
+//! Which generation an upstream speaks, found by asking it (DESIGN §9): a
+//! `server/discover` POST with the 2026-07-28 header and `_meta`. A discover
+//! result listing 2026-07-28 is modern; a -32022 whose `data.supported` lacks
+//! it is a modern server of another revision, refused (never sent
+//! `initialize`); anything else is legacy. A session the answer minted is
+//! deleted, so a probe leaves nothing behind.
+
+use serde_json::{json, Value};
+
+use super::transport::{PostError, SessionWire, Transport};
+use crate::front::MODERN_VERSION;
+
+/// What the probe found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    Legacy,
+    Modern,
+    /// A 2026-era server that does not speak our revision; what it does speak.
+    OtherRevision(Vec<String>),
+}
+
+/// Asks the upstream. `Err` when it could not be asked (unreachable, timed
+/// out, or an answer too broken to read): nothing is known yet.
+pub async fn probe(upstream: &Transport) -> Result<Found, PostError> {
+    let body = json!({"jsonrpc": "2.0", "id": "sessionless-probe", "method": "server/discover", "params": {
+    "_meta": {
+        "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "sessionless", "version": env!("CARGO_PKG_VERSION")}
+    }}});
+    let headers = [
+        ("mcp-protocol-version", MODERN_VERSION),
+        ("mcp-method", "server/discover"),
+        ("accept", "application/json, text/event-stream"),
+        ("content-type", "application/json"),
+    ];
+    let bytes = serde_json::to_vec(&body).expect("serialises");
+    let resp = upstream.send_headers("POST", &headers, &bytes).await?;
+    let status = resp.status;
+    let minted = resp.header("mcp-session-id").map(str::to_string);
+    let sse = resp.header("content-type").is_some_and(|c| c.starts_with("text/event-stream"));
+    let text = upstream.read_body(resp.body).await;
+    if let Some(id) = minted {
+        // A legacy server answered the probe with a fresh session (some do,
+        // even on a 400): end it.
+        upstream.delete(&SessionWire { id: Some(id), version: None }).await;
+    }
+    let text = text?;
+    Ok(classify(status, &message(&text, sse)))
+}
+
+/// The answer's JSON-RPC message (the first one carrying a result or an
+/// error, on SSE), or `Null`.
+fn message(body: &[u8], sse: bool) -> Value {
+    if super::event_limit::too_many_values(body, body.len().max(1 << 16)) {
+        return Value::Null;
+    }
+    if !sse {
+        return serde_json::from_slice(body).unwrap_or(Value::Null);
+    }
+    let text = String::from_utf8_lossy(body).replace("\r\n", "\n");
+    text.split("\n\n")
+        .filter_map(|event| {
+            let data: Vec<&str> = event
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(|d| d.strip_prefix(' ').unwrap_or(d))
+                .collect();
+            serde_json::from_str::<Value>(&data.join("\n")).ok()
+        })
+        .find(|m| m.get("result").is_some() || m.get("error").is_some())
+        .unwrap_or(Value::Null)
+}
+
+fn classify(status: u16, msg: &Value) -> Found {
+    let versions = |v: Option<&Value>| -> Vec<String> {
+        v.and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+            .unwrap_or_default()
+    };
+    if (200..300).contains(&status) {
+        let supported = versions(msg.pointer("/result/supportedVersions"));
+        if supported.iter().any(|v| v == MODERN_VERSION) {
+            return Found::Modern;
+        }
+    }
+    if msg.pointer("/error/code").and_then(Value::as_i64) == Some(crate::error::code::UNSUPPORTED_VERSION) {
+        let supported = versions(msg.pointer("/error/data/supported"));
+        if !supported.is_empty() && !supported.iter().any(|v| v == MODERN_VERSION) {
+            // Only a server of the stateless era names versions this way;
+            // a legacy one would have taken `initialize`.
+            if supported.iter().all(|v| !crate::front::generation::LEGACY_VERSIONS.contains(&v.as_str())) {
+                return Found::OtherRevision(supported);
+            }
+        }
+    }
+    Found::Legacy
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_classified() {
+        let discover = json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "complete",
+            "supportedVersions": ["2026-07-28", "2025-11-25"], "capabilities": {}}});
+        assert_eq!(classify(200, &discover), Found::Modern);
+        let future = json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32022, "message": "no",
+            "data": {"supported": ["2027-03-01"], "requested": "2026-07-28"}}});
+        assert_eq!(classify(400, &future), Found::OtherRevision(vec!["2027-03-01".into()]));
+        let legacy_with_versions = json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32022,
+            "message": "no", "data": {"supported": ["2025-11-25"]}}});
+        assert_eq!(classify(400, &legacy_with_versions), Found::Legacy);
+        let not_found = json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32601, "message": "nope"}});
+        assert_eq!(classify(200, &not_found), Found::Legacy);
+        assert_eq!(classify(400, &Value::Null), Found::Legacy);
+        assert_eq!(classify(404, &Value::Null), Found::Legacy);
+        let discover_old =
+            json!({"jsonrpc": "2.0", "id": 1, "result": {"supportedVersions": ["2027-03-01"]}});
+        assert_eq!(classify(200, &discover_old), Found::Legacy);
+    }
+
+    #[test]
+    fn the_message_is_found_in_sse_too() {
+        let body = b"id: 1\ndata: \n\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"supportedVersions\":[\"2026-07-28\"]}}\n\n";
+        assert_eq!(classify(200, &message(body, true)), Found::Modern);
+    }
+}
