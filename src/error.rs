@@ -95,6 +95,9 @@ pub enum Error {
     /// another route or principal, or whose upstream session is gone.
     #[error("session not found")]
     SessionNotFound,
+    /// The caller holds as many long-lived streams as it may.
+    #[error("too many open streams for this caller")]
+    TooManyStreams,
     /// Legacy sessions opened too fast by this caller, or by everyone.
     #[error("too many new sessions")]
     TooManyNewSessions,
@@ -155,6 +158,7 @@ impl Error {
             Overloaded => "overloaded",
             QuestionDeclined(_) => "too_many_paused_calls",
             TooManySessions | TooManyNewSessions => "too_many_sessions",
+            TooManyStreams => "too_many_streams",
             SessionRequired => "session_required",
             SessionNotFound => "session_not_found",
             ReplicaRefused => "replica_refused",
@@ -182,9 +186,10 @@ impl Error {
             Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             SessionRequired => StatusCode::BAD_REQUEST,
             SessionNotFound => StatusCode::NOT_FOUND,
-            QuestionDeclined(crate::park::Refused::PrincipalFull) | TooManySessions | TooManyNewSessions => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
+            QuestionDeclined(crate::park::Refused::PrincipalFull)
+            | TooManySessions
+            | TooManyNewSessions
+            | TooManyStreams => StatusCode::TOO_MANY_REQUESTS,
             QuestionDeclined(_) => StatusCode::SERVICE_UNAVAILABLE,
             Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -260,6 +265,11 @@ impl Error {
                 code::OVERLOADED,
                 "Too many new sessions opened in the last minute; retry later".into(),
                 Some(json!({"reason": "too_many_sessions"})),
+            ),
+            TooManyStreams => (
+                code::OVERLOADED,
+                "This caller holds as many open streams as it may; close one first".into(),
+                Some(json!({"reason": "too_many_streams"})),
             ),
             SessionRequired => {
                 (code::INVALID_REQUEST, "Bad Request: Mcp-Session-Id header is required".into(), None)

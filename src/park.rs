@@ -81,6 +81,12 @@ impl Places {
         self.closed.store(true, Ordering::Release);
     }
 
+    /// Takes a place for `owner` until the guard is dropped (a stream, say).
+    pub fn hold(self: &Arc<Self>, owner: &str) -> Result<Held, Refused> {
+        let owner = self.reserve(owner)?;
+        Ok(Held { places: self.clone(), owner })
+    }
+
     /// Takes a place for `owner`; the interned owner name to release it with.
     fn reserve(&self, owner: &str) -> Result<Arc<str>, Refused> {
         if self.closed.load(Ordering::Acquire) {
@@ -111,6 +117,18 @@ impl Places {
                 owners.remove(owner);
             }
         }
+    }
+}
+
+/// A place of [`Places`], given back when dropped.
+pub struct Held {
+    places: Arc<Places>,
+    owner: Arc<str>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.places.release(&self.owner);
     }
 }
 
@@ -260,5 +278,16 @@ mod tests {
         assert_eq!((a.len(), b.len(), places.len()), (1, 2, 3));
         a.close();
         assert_eq!(b.admits("z"), Err(Refused::Closed), "closed for every lot");
+    }
+
+    #[test]
+    fn a_held_place_is_given_back_when_dropped() {
+        let places = Places::new(2, 1);
+        let held = places.hold("p").unwrap();
+        assert_eq!(places.hold("p").err(), Some(Refused::PrincipalFull));
+        let other = places.hold("q").unwrap();
+        assert_eq!(places.hold("r").err(), Some(Refused::Full));
+        drop((held, other));
+        assert!(places.is_empty() && places.owners.lock().unwrap().is_empty());
     }
 }

@@ -173,9 +173,16 @@ impl Gateway {
                 Ok(upstream) => upstream,
                 Err(e) => return self.reject(&target, None, &e, started),
             };
+            // A concurrency permit like any request, for as long as the answer lives.
+            let Ok(permit) = self.limit.clone().try_acquire_owned() else {
+                return self.reject(&target, None, &Error::Overloaded, started);
+            };
             return match Cell::of(Generation::Legacy, upstream) {
                 Cell::LegacyLegacy => {
-                    self.legacy_legacy.session_verb(&target, upstream, &parts.method, caller, started).await
+                    let permit = Box::new(permit);
+                    self.legacy_legacy
+                        .session_verb(&target, upstream, &parts.method, caller, permit, started)
+                        .await
                 }
                 // No session verbs on the modern cells: what a 2026 endpoint says.
                 Cell::ModernLegacy | Cell::ModernModern => {
@@ -212,7 +219,11 @@ impl Gateway {
                 self.dispatch(cell, target, caller, admission, started).await
             }
             Cell::LegacyLegacy => {
-                self.legacy_legacy.post(&target, upstream, caller, Box::new(admission), started).await
+                // The relay never forwards the body again: its budget share
+                // goes back once the body is sent, not when a streamed
+                // answer ends (the body itself is dropped then too).
+                let Admission { _call: permit, _body: share } = admission;
+                self.legacy_legacy.post(&target, upstream, caller, Box::new(permit), share, started).await
             }
         }
     }

@@ -120,8 +120,7 @@ async fn initialize_opens_an_upstream_session_with_the_clients_own_params() {
     assert_eq!(params["clientInfo"]["name"], "old-client");
     assert_eq!(params["capabilities"]["elicitation"], json!({}));
     assert_eq!(params["protocolVersion"], LEGACY);
-    let upstream_session = up.seen()[0].status;
-    assert_eq!(upstream_session, 200);
+    assert_eq!(up.seen()[0].status, 200);
     // The gateway's id is not the upstream's, and credentials never go upstream.
     let theirs = up.calls("notifications/initialized")[0].session().unwrap().to_string();
     assert_ne!(session, theirs);
@@ -273,8 +272,7 @@ async fn status_codes_follow_the_2025_rules() {
     let client = Legacy::new(&gw);
 
     // A legacy request without a session id: 400.
-    let mut b = client.request(http::Method::POST, None).header("mcp-protocol-version", LEGACY);
-    b = b.header("x-ignored", "1");
+    let b = client.request(http::Method::POST, None).header("mcp-protocol-version", LEGACY);
     let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list"}).to_string();
     let reply = gw.raw(b.body(Full::new(Bytes::from(body))).unwrap()).await;
     reply.assert_error(400, -32600, &json!(9));
@@ -284,11 +282,8 @@ async fn status_codes_follow_the_2025_rules() {
     // A session id that does not open: 404 whatever the verb.
     assert_eq!(client.verb(http::Method::GET, Some("nonsense")).await.status(), 404);
     assert_eq!(client.verb(http::Method::DELETE, Some("nonsense")).await.status(), 404);
-    assert_eq!(
-        client.post(Some("nonsense"), init_body(json!(1))).await.status,
-        200,
-        "initialize always opens"
-    );
+    let reinit = client.post(Some("nonsense"), init_body(json!(1))).await;
+    reinit.assert_error(404, -32001, &json!(1));
     assert!(up.http(http::Method::GET).is_empty() && up.http(http::Method::DELETE).is_empty());
 }
 
@@ -297,8 +292,7 @@ async fn delete_ends_the_upstream_session() {
     let (up, gw) = setup(echo()).await;
     let client = Legacy::new(&gw);
     let session = client.open().await;
-    let theirs = up.calls("initialize")[0].status;
-    assert_eq!(theirs, 200);
+    assert_eq!(up.calls("initialize")[0].status, 200);
 
     let resp = client.verb(http::Method::DELETE, Some(&session)).await;
 
@@ -431,4 +425,78 @@ async fn a_draining_replica_finishes_relaying_a_streamed_post() {
 
     let done = events.next().await.expect("the answer still arrives");
     assert_eq!(done["id"], 8, "{done}");
+}
+
+#[tokio::test]
+async fn a_streamed_post_gives_its_body_budget_back_once_sent() {
+    let up = FakeUpstream::new().on(
+        "tools/call",
+        Answer::Sse(vec![
+            Step::progress(0.5),
+            Step::Sleep(Duration::from_millis(1500)),
+            Step::result(json!({})),
+        ]),
+    );
+    let up = up.start().await;
+    let toml =
+        "[[upstreams]]\nname = \"u\"\nurl = \"{upstream}\"\n[[routes]]\npath = \"/mcp\"\nupstream = \"u\"\n\
+                [limits]\nmax_body_bytes = 20000\nmax_buffered_body_bytes = 20000\n";
+    let gw = Gateway::from_toml(toml, up.url()).await;
+    let client = Legacy::new(&gw);
+    let session = client.open().await;
+    let big = |id: u32| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "slow", "arguments": {"pad": "p".repeat(15_000)}, "_meta": {"progressToken": "p"}}})
+        .to_string()
+    };
+    let req =
+        client.request(http::Method::POST, Some(&session)).body(Full::new(Bytes::from(big(1)))).unwrap();
+    let mut first = Events::of(support::client::send(&support::client::http_client(), req).await);
+    assert_eq!(first.next().await.unwrap()["method"], "notifications/progress");
+
+    // While the first answer streams, a second body of the same size fits.
+    let second = client.post(Some(&session), big(2)).await;
+
+    assert_eq!(second.status, 200, "{}", second.raw);
+    assert_eq!(first.next().await.unwrap()["id"], 1);
+}
+
+#[tokio::test]
+async fn last_event_id_is_relayed_within_bounds() {
+    let up = echo().get_stream(vec![Step::notify("notifications/tools/list_changed", json!({}))]);
+    let (up, gw) = setup(up).await;
+    let client = Legacy::new(&gw);
+    let session = client.open().await;
+
+    let req = client.request(http::Method::GET, Some(&session)).header("last-event-id", "ev-41");
+    // The fake has no stream to resume (405): what matters is what it was asked.
+    support::client::send(&support::client::http_client(), req.body(Full::new(Bytes::new())).unwrap()).await;
+    assert_eq!(up.http(http::Method::GET)[0].header("last-event-id"), Some("ev-41"));
+
+    let long = "x".repeat(2000);
+    let req = client.request(http::Method::GET, Some(&session)).header("last-event-id", long.as_str());
+    let resp =
+        support::client::send(&support::client::http_client(), req.body(Full::new(Bytes::new())).unwrap())
+            .await;
+    assert_eq!(resp.status(), 400);
+    assert_eq!(up.http(http::Method::GET).len(), 1, "nothing more upstream");
+}
+
+#[tokio::test]
+async fn an_initialize_answer_that_is_not_json_rpc_is_a_gateway_error() {
+    let up = FakeUpstream::new().on(
+        "initialize",
+        Answer::Raw {
+            status: 200,
+            content_type: "application/json".into(),
+            body: "<h1>internals</h1>".into(),
+        },
+    );
+    let (_up, gw) = setup(up).await;
+
+    let reply = Legacy::new(&gw).post(None, init_body(json!("i"))).await;
+
+    reply.assert_error(502, -32603, &json!("i"));
+    assert!(!reply.raw.contains("internals"), "{}", reply.raw);
+    assert!(reply.header("mcp-session-id").is_none());
 }

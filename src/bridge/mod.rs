@@ -70,8 +70,9 @@ pub struct Services {
     pub keepalive: Duration,
     /// The places every parking lot draws from (global and per-principal caps).
     pub parking: Arc<crate::park::Places>,
-    /// Long-lived client streams (listen, a legacy session's GET stream).
-    pub listen_slots: Arc<tokio::sync::Semaphore>,
+    /// Long-lived client streams (listen, a legacy session's GET stream):
+    /// a global cap and a share per principal.
+    pub streams: Arc<crate::park::Places>,
     /// Fires when draining starts: long-lived streams end so that clients
     /// reconnect elsewhere.
     pub draining: CancellationToken,
@@ -95,7 +96,10 @@ impl Services {
                 config.limits.max_parked_flows,
                 config.limits.max_parked_flows_per_principal,
             ),
-            listen_slots: Arc::new(tokio::sync::Semaphore::new(config.limits.max_listen_streams)),
+            streams: crate::park::Places::new(
+                config.limits.max_listen_streams,
+                config.limits.max_listen_streams_per_principal,
+            ),
             draining: CancellationToken::new(),
             shutdown,
         }
@@ -103,6 +107,27 @@ impl Services {
 }
 
 impl Services {
+    /// A place for one long-lived stream of `principal`, or the error that
+    /// refuses it (503 when all are taken, 429 when the principal holds its share).
+    pub fn stream_place(
+        &self,
+        route: &str,
+        principal: &str,
+    ) -> Result<crate::park::Held, crate::error::Error> {
+        use crate::park::Refused;
+        self.streams.hold(principal).map_err(|why| match why {
+            Refused::PrincipalFull => {
+                let labels = crate::metrics::QuotaLabels {
+                    route: route.to_string(),
+                    quota: "listen_streams_per_principal",
+                };
+                self.metrics.quota_exceeded.get_or_create(&labels).inc();
+                crate::error::Error::TooManyStreams
+            }
+            Refused::Full | Refused::Closed => crate::error::Error::Overloaded,
+        })
+    }
+
     /// Counts one finished client request (by client and upstream
     /// generation) and its duration.
     pub fn count(

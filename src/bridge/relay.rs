@@ -28,24 +28,52 @@ use crate::upstream::event_limit::{BodyError, EventLimited};
 use crate::upstream::h1;
 
 pub struct Relay {
-    pub events: Pin<Box<SseStream<EventLimited<h1::Body>>>>,
+    events: Pin<Box<SseStream<EventLimited<h1::Body>>>>,
     pub keepalive: Duration,
     /// Ends the stream with a timeout error (a POST's call timeout).
     pub deadline: Option<tokio::time::Instant>,
+    /// Ends the stream quietly when the upstream sent nothing for this long.
+    pub quiet_limit: Option<Duration>,
     /// Ends the stream quietly (draining, for a GET stream; shutdown).
     pub stop: CancellationToken,
     /// The request id an error event answers (a single POSTed request).
     pub id: Option<Value>,
     /// Whatever must live as long as the stream (permits, budget shares).
-    pub _hold: Box<dyn Any + Send + Sync>,
+    _hold: Box<dyn Any + Send + Sync>,
     /// Rewrites an event's JSON data; `None` keeps it as it is.
     pub rewrite: Option<Rewrite>,
+    /// Time since the upstream last sent an event.
+    quiet: Duration,
 }
 
 /// An event data rewrite: the new data, or `None` to keep the event.
 pub type Rewrite = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
 impl Relay {
+    /// Relays the SSE `body` (each event at most `limit` bytes) until it
+    /// ends or `stop` fires, with keep-alives; `hold` lives as long as the
+    /// stream. Deadline, quiet limit, error id and rewrite are set after.
+    pub fn new(
+        body: h1::Body,
+        limit: usize,
+        keepalive: Duration,
+        stop: CancellationToken,
+        hold: Box<dyn Any + Send + Sync>,
+    ) -> Relay {
+        Relay {
+            events: Self::events(body, limit),
+            keepalive,
+            deadline: None,
+            quiet_limit: None,
+            stop,
+            id: None,
+            _hold: hold,
+            rewrite: None,
+            quiet: Duration::ZERO,
+        }
+    }
+
+    /// An SSE body read as events, each at most `limit` bytes.
     pub fn events(body: h1::Body, limit: usize) -> Pin<Box<SseStream<EventLimited<h1::Body>>>> {
         Box::pin(SseStream::new(EventLimited::new(body, limit)))
     }
@@ -95,8 +123,15 @@ impl Relay {
         match woke {
             Woke::Stop => Next::End,
             Woke::Deadline => self.fail(&Error::UpstreamTimeout),
-            Woke::Quiet => Next::Event(Bytes::from_static(b": keep-alive\n\n")),
+            Woke::Quiet => {
+                self.quiet += self.keepalive;
+                if self.quiet_limit.is_some_and(|limit| self.quiet >= limit) {
+                    return Next::End;
+                }
+                Next::Event(Bytes::from_static(b": keep-alive\n\n"))
+            }
             Woke::Event(Some(Ok(mut event))) => {
+                self.quiet = Duration::ZERO;
                 if let (Some(rewrite), Some(data)) = (&self.rewrite, &event.data) {
                     if let Some(new) = rewrite(data) {
                         event.data = Some(new);

@@ -142,7 +142,7 @@ impl Detected {
                     ?e,
                     "could not probe the upstream's generation"
                 );
-                Err(crate::bridge::modern_legacy::map_post_error(e, false))
+                Err(crate::upstream::map_post_error(e, false))
             }
         }
     }

@@ -182,6 +182,7 @@ pub struct Limits {
     pub max_concurrent_requests: usize,
     pub max_buffered_body_bytes: usize,
     pub max_listen_streams: usize,
+    pub max_listen_streams_per_principal: usize,
     pub max_parked_flows: usize,
     pub parked_flow_ttl: Duration,
     pub max_parked_flows_per_principal: usize,
@@ -318,6 +319,11 @@ fn validate(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
             max_concurrent_requests: raw.limits.max_concurrent_requests.unwrap_or(4096),
             max_buffered_body_bytes,
             max_listen_streams: raw.limits.max_listen_streams.unwrap_or(256),
+            max_listen_streams_per_principal: raw
+                .limits
+                .max_listen_streams_per_principal
+                .unwrap_or(64)
+                .max(1),
             max_parked_flows: raw.limits.max_parked_flows.unwrap_or(10_000),
             parked_flow_ttl: ms(raw.limits.parked_flow_ttl_ms, 300_000),
             max_parked_flows_per_principal: raw.limits.max_parked_flows_per_principal.unwrap_or(100).max(1),

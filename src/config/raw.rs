@@ -114,6 +114,8 @@ pub struct RawLimits {
     /// Request body bytes all requests may hold at once.
     pub max_buffered_body_bytes: Option<usize>,
     pub max_listen_streams: Option<usize>,
+    /// Long-lived streams one principal may hold.
+    pub max_listen_streams_per_principal: Option<usize>,
     /// Calls paused on a question for the user (MRTR), at most.
     pub max_parked_flows: Option<usize>,
     /// How long a paused call waits for the client's retry.

@@ -8,4 +8,6 @@ pub(crate) mod h1;
 pub mod probe;
 pub mod transport;
 
-pub use transport::{EventStream, PostError, Reply, SessionWire, StreamEnd, Streams, Transport};
+pub use transport::{
+    map_post_error, EventStream, PostError, Reply, SessionWire, StreamEnd, Streams, Transport,
+};

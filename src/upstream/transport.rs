@@ -17,6 +17,7 @@ use sse_stream::SseStream;
 use super::event_limit::{BodyError, EventLimited};
 use super::h1;
 use crate::config::Upstream;
+use crate::error::Error;
 use crate::metrics::{Metrics, UpstreamLabels};
 
 const ACCEPT_BOTH: &str = "application/json, text/event-stream";
@@ -49,6 +50,21 @@ pub enum Reply {
     Result { id: u64, result: Box<RawValue> },
     /// An SSE stream of messages.
     Stream(Box<EventStream>),
+}
+
+/// Maps a transport failure to the client-facing error. `sent`: the request
+/// may have reached the upstream, so its outcome is unknown.
+pub fn map_post_error(e: PostError, sent: bool) -> Error {
+    match e {
+        PostError::NotSent => Error::UpstreamUnreachable,
+        PostError::Timeout => Error::UpstreamTimeout,
+        PostError::Broken if sent => Error::OutcomeUnknown,
+        PostError::Broken => Error::UpstreamUnreachable,
+        PostError::SessionGone => Error::UpstreamInvalid("session lost"),
+        PostError::Status(_) => Error::UpstreamInvalid("error status"),
+        PostError::Invalid(why) => Error::UpstreamInvalid(why),
+        PostError::TooLarge => Error::UpstreamTooLarge,
+    }
 }
 
 /// The upstream session a request belongs to, as sent on the wire.

@@ -27,7 +27,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use super::relay::{self as stream, Relay};
+use super::relay::{self, Relay};
 use super::{Caller, Generation, Services, Target};
 use crate::config::Config;
 use crate::error::{error_body, Error};
@@ -39,6 +39,14 @@ use crate::upstream::{h1, PostError, SessionWire};
 use token::{Claims, Rejected};
 
 const ACCEPT_BOTH: &str = "application/json, text/event-stream";
+/// The longest upstream session id sealed into a token (a token must stay
+/// under the length [`token::open`] accepts).
+const MAX_UPSTREAM_SESSION_ID: usize = 256;
+/// The longest `Last-Event-ID` relayed.
+const MAX_EVENT_ID: usize = 1024;
+/// A GET stream on which the upstream sent nothing for this many keep-alive
+/// intervals is ended (the client reconnects).
+const GET_QUIET_KEEPALIVES: u32 = 10;
 
 pub struct Bridge {
     services: Arc<Services>,
@@ -94,12 +102,12 @@ impl Peeked {
         let env = match serde_json::from_slice::<Envelope<'_>>(body) {
             Ok(env) => env,
             Err(_) if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') => {
-                if !stream::is_json_message(body) {
+                if !relay::is_json_message(body) {
                     return Err(Error::Parse);
                 }
                 return Ok(Peeked { id: None, label: "batch", initialize: false });
             }
-            Err(_) if stream::is_json_message(body) => {
+            Err(_) if relay::is_json_message(body) => {
                 return Err(Error::InvalidRequest("not a JSON-RPC message".into()))
             }
             Err(_) => return Err(Error::Parse),
@@ -188,15 +196,24 @@ impl Bridge {
         upstream: Generation,
         caller: Caller,
         hold: Box<dyn Any + Send + Sync>,
+        body_share: Option<crate::body::Share>,
         started: Instant,
     ) -> Response<Body> {
         let (resp, label, outcome) = match Peeked::of(&caller.body) {
             Err(e) => (self.error(None, &e), "invalid", e.reason()),
             Ok(peek) => {
                 let done = if peek.initialize {
-                    self.initialize(target, &caller, hold).await
+                    // A session id on initialize must still be one of ours
+                    // (404 otherwise, as on every method); a new session opens.
+                    match caller.headers.contains_key(&SESSION_ID) {
+                        true => match self.session(target, &caller) {
+                            Ok(_) => self.initialize(target, &caller, hold).await,
+                            Err(e) => Err(e),
+                        },
+                        false => self.initialize(target, &caller, hold).await,
+                    }
                 } else {
-                    self.relay_post(target, &caller, &peek, hold).await
+                    self.relay_post(target, &caller, &peek, hold, body_share).await
                 };
                 match done {
                     Ok(resp) => (resp, peek.label, "forwarded"),
@@ -215,10 +232,11 @@ impl Bridge {
         upstream: Generation,
         method: &http::Method,
         caller: Caller,
+        permit: Box<dyn Any + Send + Sync>,
         started: Instant,
     ) -> Response<Body> {
         let get = method == http::Method::GET;
-        let (resp, outcome) = match self.session_verb_inner(target, get, &caller).await {
+        let (resp, outcome) = match self.session_verb_inner(target, get, &caller, permit).await {
             Ok(resp) => (resp, "forwarded"),
             Err(e) => {
                 let mut resp = self.error(None, &e);
@@ -238,27 +256,41 @@ impl Bridge {
         target: &Target,
         get: bool,
         caller: &Caller,
+        permit: Box<dyn Any + Send + Sync>,
     ) -> Result<Response<Body>, Error> {
         if !caller.headers.contains_key(&SESSION_ID) {
             return Err(Error::MethodNotAllowed);
         }
         let claims = self.session(target, caller)?;
         let wire = wire(&claims, &caller.headers);
+        let gone = |status: u16| status == 404 && claims.u.is_some();
         if !get {
             let resp = self.send(target, "DELETE", &wire, &[("accept", ACCEPT_BOTH)], b"").await?;
             let status = resp.status;
             let _ = target.upstream.read_body(resp.body).await;
             return match status {
                 200..=299 => Ok(reply::empty(StatusCode::OK)),
-                404 => Err(self.gone(target)),
+                s if gone(s) => Err(self.gone(target)),
                 405 => Err(Error::MethodNotAllowed),
                 _ => Err(Error::UpstreamInvalid("error status")),
             };
         }
-        let Ok(slot) = self.services.listen_slots.clone().try_acquire_owned() else {
+        if self.services.draining.is_cancelled() {
+            // This replica is leaving: the client's reconnect goes elsewhere.
             return Err(Error::Overloaded);
+        }
+        let last = match caller.headers.get(&LAST_EVENT_ID) {
+            None => None,
+            Some(v) => match v.to_str() {
+                Ok(id) if id.len() <= MAX_EVENT_ID => Some(id),
+                _ => {
+                    return Err(Error::InvalidRequest(
+                        "Last-Event-ID must be visible ASCII, 1 KiB at most".into(),
+                    ))
+                }
+            },
         };
-        let last = caller.headers.get(&LAST_EVENT_ID).and_then(|v| v.to_str().ok());
+        let place = self.services.stream_place(&target.route.path, &caller.principal)?;
         let resp = match last {
             Some(last) => {
                 let extra = [("accept", "text/event-stream"), ("last-event-id", last)];
@@ -268,20 +300,21 @@ impl Bridge {
         };
         match resp.status {
             200..=299 if is_sse(&resp) => {
-                let relay = Relay {
-                    events: Relay::events(resp.body, target.upstream.max_response()),
-                    keepalive: self.services.keepalive,
-                    deadline: None,
-                    // A draining replica ends its GET streams: the client
-                    // reconnects, through the balancer, to another replica.
-                    stop: self.services.draining.clone(),
-                    id: None,
-                    _hold: Box::new(slot),
-                    rewrite: None,
-                };
+                // A draining replica ends its GET streams: the client
+                // reconnects, through the balancer, to another replica.
+                let mut relay = Relay::new(
+                    resp.body,
+                    target.upstream.max_response(),
+                    self.services.keepalive,
+                    self.services.draining.clone(),
+                    Box::new((place, permit)),
+                );
+                // Ends a stream the upstream went quiet on (half-open, say):
+                // the client reconnects, with Last-Event-ID.
+                relay.quiet_limit = Some(self.services.keepalive * GET_QUIET_KEEPALIVES);
                 Ok(relay.response(None))
             }
-            404 => Err(self.gone(target)),
+            s if gone(s) => Err(self.gone(target)),
             405 => Err(Error::MethodNotAllowed),
             _ => self.json_answer(target, resp).await,
         }
@@ -315,29 +348,47 @@ impl Bridge {
         }
         let wire = SessionWire { id: None, version: client_version(&caller.headers) };
         let resp = self.post_upstream(target, &wire, caller).await?;
-        if !(200..300).contains(&resp.status) {
-            return self.json_answer(target, resp).await;
-        }
-        let upstream_session = resp.header("mcp-session-id").map(str::to_string);
-        if upstream_session
-            .as_ref()
-            .is_some_and(|s| s.len() > 1024 || !s.bytes().all(|b| (0x21..=0x7e).contains(&b)))
-        {
+        // From here on, a session the upstream minted is ended on every
+        // path that does not hand it to the client (in the background: the
+        // client's answer does not wait for it).
+        let minted = resp.header("mcp-session-id").map(str::to_string);
+        let end_minted = || {
+            if let Some(id) = minted.clone() {
+                let (upstream, version) = (target.upstream.clone(), wire.version.clone());
+                tokio::spawn(async move { upstream.delete(&SessionWire { id: Some(id), version }).await });
+            }
+        };
+        let fits =
+            |s: &String| s.len() <= MAX_UPSTREAM_SESSION_ID && s.bytes().all(|b| (0x21..=0x7e).contains(&b));
+        if !minted.as_ref().is_none_or(fits) {
+            end_minted();
             return Err(Error::UpstreamInvalid("session id"));
+        }
+        if !(200..300).contains(&resp.status) {
+            // The upstream's own JSON-RPC error passes as it is; anything
+            // else is a gateway error.
+            end_minted();
+            return self.json_answer(target, resp).await;
         }
         // The answer is read whole: the token goes in its headers, and the
         // negotiated version comes from it. An initialize answer is small.
-        let (body, sse) = self.read_initialize(target, resp).await?;
-        let result = initialize_result(&body, sse);
-        let Some(version) = result else {
-            // An error, or no answer: relayed without a session (and the
-            // upstream's, if it minted one, is ended).
-            if let Some(id) = upstream_session {
-                let wire = SessionWire { id: Some(id), version: wire.version.clone() };
-                target.upstream.delete(&wire).await;
+        let (body, sse) = match self.read_initialize(target, resp).await {
+            Ok(read) => read,
+            Err(e) => {
+                end_minted();
+                return Err(e);
+            }
+        };
+        let Some(version) = initialize_result(&body, sse) else {
+            // No result: an error message (passed as it is) or something
+            // that is not a JSON-RPC message (a gateway error). No session.
+            end_minted();
+            if !sse && !relay::is_json_message(&body) {
+                return Err(Error::UpstreamInvalid("not a JSON-RPC message"));
             }
             return Ok(raw_answer(StatusCode::OK, body, sse, None));
         };
+        let upstream_session = minted;
         let now = token::now();
         let claims = Claims {
             r: target.route.path.clone(),
@@ -378,7 +429,7 @@ impl Bridge {
             use futures_util::StreamExt;
             while let Some(event) = events.next().await {
                 let event = event.map_err(|_| Error::UpstreamInvalid("invalid event stream"))?;
-                let Some(bytes) = stream::encode(&event) else {
+                let Some(bytes) = relay::encode(&event) else {
                     return Err(Error::UpstreamInvalid("event is not JSON"));
                 };
                 if out.len() + bytes.len() > target.upstream.max_response() {
@@ -404,6 +455,7 @@ impl Bridge {
         caller: &Caller,
         peek: &Peeked,
         hold: Box<dyn Any + Send + Sync>,
+        body_share: Option<crate::body::Share>,
     ) -> Result<Response<Body>, Error> {
         if !caller.headers.contains_key(&SESSION_ID) {
             return Err(Error::SessionRequired);
@@ -412,19 +464,20 @@ impl Bridge {
         let wire = wire(&claims, &caller.headers);
         let deadline = tokio::time::Instant::now() + target.route.upstream.call_timeout;
         let resp = self.post_upstream(target, &wire, caller).await?;
+        drop(body_share);
         match resp.status {
             202 => Ok(reply::empty(StatusCode::ACCEPTED)),
-            404 => Err(self.gone(target)),
+            404 if claims.u.is_some() => Err(self.gone(target)),
             200..=299 if is_sse(&resp) => {
-                let relay = Relay {
-                    events: Relay::events(resp.body, target.upstream.max_response()),
-                    keepalive: self.services.keepalive,
-                    deadline: Some(deadline),
-                    stop: self.services.shutdown.clone(),
-                    id: peek.id.clone(),
-                    _hold: Box::new((hold, Streaming::new(&self.streaming))),
-                    rewrite: None,
-                };
+                let mut relay = Relay::new(
+                    resp.body,
+                    target.upstream.max_response(),
+                    self.services.keepalive,
+                    self.services.shutdown.clone(),
+                    Box::new((hold, Streaming::new(&self.streaming))),
+                );
+                relay.deadline = Some(deadline);
+                relay.id = peek.id.clone();
                 Ok(relay.response(None))
             }
             _ => self.json_answer(target, resp).await,
@@ -467,7 +520,7 @@ impl Bridge {
         let success = status.is_success();
         let json = is_json(&resp);
         let body = target.upstream.read_body(resp.body).await.map_err(|e| map_error(e, true))?;
-        if json && stream::is_json_message(&body) {
+        if json && relay::is_json_message(&body) {
             return Ok(raw_answer(status, body, false, None));
         }
         Err(if success {
@@ -527,7 +580,7 @@ fn client_version(headers: &HeaderMap) -> Option<String> {
 }
 
 fn map_error(e: PostError, sent: bool) -> Error {
-    super::modern_legacy::map_post_error(e, sent)
+    crate::upstream::map_post_error(e, sent)
 }
 
 /// Whether `data` is a JSON-RPC response (a result or an error).

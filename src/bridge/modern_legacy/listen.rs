@@ -125,8 +125,9 @@ impl Bridge {
             Ok(f) => f,
             Err(e) => return fail(reply, call, e).await,
         };
-        let Ok(_permit) = self.services.listen_slots.clone().try_acquire_owned() else {
-            return fail(reply, call, Error::Overloaded).await;
+        let _place = match self.services.stream_place(&route.path, &caller.principal) {
+            Ok(place) => place,
+            Err(e) => return fail(reply, call, e).await,
         };
         let transport = upstream;
         let session = match self.pool.open_exclusive(transport, Self::key(route, call, caller)).await {

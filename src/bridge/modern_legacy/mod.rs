@@ -58,20 +58,7 @@ pub struct Bridge {
     resuming: std::sync::atomic::AtomicUsize,
 }
 
-/// Maps a transport failure to the client-facing error. `sent`: the request
-/// may have reached the upstream, so its outcome is unknown.
-pub(crate) fn map_post_error(e: PostError, sent: bool) -> Error {
-    match e {
-        PostError::NotSent => Error::UpstreamUnreachable,
-        PostError::Timeout => Error::UpstreamTimeout,
-        PostError::Broken if sent => Error::OutcomeUnknown,
-        PostError::Broken => Error::UpstreamUnreachable,
-        PostError::SessionGone => Error::UpstreamInvalid("session lost"),
-        PostError::Status(_) => Error::UpstreamInvalid("error status"),
-        PostError::Invalid(why) => Error::UpstreamInvalid(why),
-        PostError::TooLarge => Error::UpstreamTooLarge,
-    }
-}
+pub(crate) use crate::upstream::map_post_error;
 
 impl Bridge {
     pub fn new(config: &Config, services: Arc<Services>) -> Bridge {

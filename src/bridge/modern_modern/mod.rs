@@ -142,18 +142,19 @@ impl Bridge {
             Err(PostError::NotSent) => target.upstream.send_headers("POST", &out, &body).await,
             other => other,
         }
-        .map_err(|e| crate::bridge::modern_legacy::map_post_error(e, true))?;
+        .map_err(|e| crate::upstream::map_post_error(e, true))?;
         let sse = resp.header("content-type").is_some_and(|c| c.starts_with("text/event-stream"));
         if sse && (200..300).contains(&resp.status) {
-            let relay = Relay {
-                events: Relay::events(resp.body, target.upstream.max_response()),
-                keepalive: self.services.keepalive,
-                deadline: Some(tokio::time::Instant::now() + target.route.upstream.call_timeout),
-                stop: self.services.shutdown.clone(),
-                id: Some(call.id.clone()),
-                _hold: hold,
-                rewrite: Some(Box::new(move |data: &str| binding.seal_in(data))),
-            };
+            let mut relay = Relay::new(
+                resp.body,
+                target.upstream.max_response(),
+                self.services.keepalive,
+                self.services.shutdown.clone(),
+                hold,
+            );
+            relay.deadline = Some(tokio::time::Instant::now() + target.route.upstream.call_timeout);
+            relay.id = Some(call.id.clone());
+            relay.rewrite = Some(Box::new(move |data: &str| binding.seal_in(data)));
             return Ok(relay.response(None));
         }
         self.json_answer(target, resp, &binding).await
@@ -176,7 +177,7 @@ impl Bridge {
             .upstream
             .read_body(resp.body)
             .await
-            .map_err(|e| crate::bridge::modern_legacy::map_post_error(e, true))?;
+            .map_err(|e| crate::upstream::map_post_error(e, true))?;
         if !json || !relay::is_json_message(&body) {
             return Err(Error::UpstreamInvalid(if status.is_success() {
                 "content type"
