@@ -71,6 +71,23 @@ impl Running {
     }
 }
 
+/// Probes every route's upstream once (what `check-config --probe` prints):
+/// `(route, upstream name, URL, what it speaks)`.
+pub async fn probe_upstreams(config: &Config) -> Vec<(String, String, String, String)> {
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = metrics::Metrics::register(&mut registry);
+    let targets = bridge::Targets::new(config, &metrics);
+    let mut out = Vec::new();
+    for t in targets.all() {
+        let found = match t.detected.generation(&t.upstream).await {
+            Ok(_) | Err(error::Error::UpstreamRefused) => t.detected.describe(),
+            Err(e) => format!("unreachable ({})", e.reason()),
+        };
+        out.push((t.route.path.clone(), t.route.upstream.name.clone(), t.instance.clone(), found));
+    }
+    out
+}
+
 /// How long shutdown waits for upstream sessions to be closed with `DELETE`.
 const CLOSE_SESSIONS: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -87,6 +104,14 @@ pub async fn run(config: Config) -> std::io::Result<Running> {
     let config_tls = config.cluster.as_ref().and_then(|c| c.tls.clone());
     let (drain, stop) = (CancellationToken::new(), CancellationToken::new());
     let gateway = Arc::new(server::Gateway::new(config, stop.clone()));
+    // What each `auto` upstream speaks, found now rather than on the first
+    // request (a probe that fails is repeated when a request needs it).
+    for target in gateway.targets().all() {
+        if target.detected.known().is_none() {
+            let target = target.clone();
+            tokio::spawn(async move { target.detected.generation(&target.upstream).await });
+        }
+    }
     let mut tasks = vec![
         tokio::spawn(gateway.modern_legacy().pool().clone().run_reaper(stop.clone())),
         tokio::spawn(gateway.modern_legacy().clone().run_flow_reaper(stop.clone())),

@@ -48,10 +48,14 @@ enum Command {
     },
     /// Prints a fresh random sealing key (base64url, 32 bytes) for an env var or key file.
     GenKey,
-    /// Validates a routing file and exits.
+    /// Validates a routing file and exits (offline).
     CheckConfig {
         /// The TOML routing file.
         file: PathBuf,
+        /// Also asks each upstream which protocol generation it speaks
+        /// (a `server/discover` probe; a session it mints is deleted).
+        #[arg(long)]
+        probe: bool,
     },
 }
 
@@ -72,9 +76,14 @@ fn main() -> anyhow::Result<()> {
             println!("{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key));
             Ok(())
         }
-        Some(Command::CheckConfig { file }) => {
-            Config::from_file(&file)?;
+        Some(Command::CheckConfig { file, probe }) => {
+            let config = Config::from_file(&file)?;
             println!("{}: ok", file.display());
+            if probe {
+                for (route, name, url, found) in runtime.block_on(sessionless::probe_upstreams(&config)) {
+                    println!("{route} -> {name} ({url}): {found}");
+                }
+            }
             Ok(())
         }
         Some(Command::DemoUpstream { listen }) => runtime.block_on(demo_upstream(listen)),

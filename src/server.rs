@@ -104,7 +104,7 @@ impl Gateway {
             "/readyz" if self.draining.load(Ordering::SeqCst) => {
                 reply::text(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "draining\n".into())
             }
-            "/readyz" => reply::text(StatusCode::OK, "text/plain", "ready\n".into()),
+            "/readyz" => self.readiness(),
             "/metrics" => self.metrics_text(),
             path => match self.targets.get(path).cloned() {
                 Some(target) => self.mcp(target, req).await,
@@ -112,6 +112,35 @@ impl Gateway {
             },
         };
         Ok(resp)
+    }
+
+    /// `/readyz`: 200 and what each upstream speaks; 503 when an upstream
+    /// was refused (it speaks a stateless revision this gateway does not).
+    fn readiness(&self) -> Response<Body> {
+        let mut refused = false;
+        let mut lines = String::new();
+        for t in self.targets.all() {
+            refused |= matches!(t.detected.known(), Some(Err(_)));
+            lines.push_str(&format!(
+                "{} {}: {}\n",
+                t.route.path,
+                t.route.upstream.name,
+                t.detected.describe()
+            ));
+        }
+        match refused {
+            false => reply::text(StatusCode::OK, "text/plain", format!("ready\n{lines}")),
+            true => reply::text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain",
+                format!("upstream refused\n{lines}"),
+            ),
+        }
+    }
+
+    /// The routes and their upstreams.
+    pub fn targets(&self) -> &Targets {
+        &self.targets
     }
 
     fn metrics_text(&self) -> Response<Body> {
@@ -368,6 +397,7 @@ impl Gateway {
         // Boxed: it may move to a task of its own (`Inline`).
         let work: Work = Box::pin(async move {
             let outcome = gateway.modern_legacy.serve(&target, call, caller, reply).await;
+            target.observed(outcome);
             gateway.services.count(
                 &target.route.path,
                 (Generation::Modern, Generation::Legacy),

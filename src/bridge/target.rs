@@ -23,6 +23,16 @@ pub struct Target {
     pub detected: Detected,
 }
 
+impl Target {
+    /// Takes note of a request's outcome: an upstream that could not be
+    /// reached may come back as another generation, so it is probed again.
+    pub fn observed(&self, outcome: &str) {
+        if outcome == "upstream_unreachable" {
+            self.detected.suspect();
+        }
+    }
+}
+
 /// The routing table: every route with its upstream handle, built once.
 pub struct Targets(Vec<Arc<Target>>);
 

@@ -221,6 +221,7 @@ impl Bridge {
                 }
             }
         };
+        target.observed(outcome);
         self.services.count(&target.route.path, (Generation::Legacy, upstream), label, outcome, started);
         resp
     }
@@ -247,6 +248,7 @@ impl Bridge {
             }
         };
         let label = if get { "GET" } else { "DELETE" };
+        target.observed(outcome);
         self.services.count(&target.route.path, (Generation::Legacy, upstream), label, outcome, started);
         resp
     }

@@ -100,10 +100,7 @@ impl Bridge {
         match self.pass(target, call, headers, body, binding, hold).await {
             Ok(resp) => (resp, "forwarded"),
             Err(e) => {
-                if matches!(e, Error::UpstreamUnreachable) {
-                    // Gone, or restarted: maybe as another generation.
-                    target.detected.suspect();
-                }
+                target.observed(e.reason());
                 let resp =
                     reply::json_response(e.status(), &error_body(Some(&call.id), &e, SUPPORTED_VERSIONS));
                 (resp, e.reason())
