@@ -134,6 +134,13 @@ impl Bridge {
         if !headers.contains_key(header::ACCEPT) {
             out.push(("accept", ACCEPT_BOTH));
         }
+        // A listen stream is long-lived: it takes a stream place (global and
+        // per principal) and has no deadline; it ends when this replica drains.
+        let listen = call.method == crate::front::Method::SubscriptionsListen;
+        let place = match listen {
+            true => Some(self.services.stream_place(&target.route.path, &binding.principal)?),
+            false => None,
+        };
         let resp = match target.upstream.send_headers("POST", &out, &body).await {
             // Not sent: safe to send once more.
             Err(PostError::NotSent) => target.upstream.send_headers("POST", &out, &body).await,
@@ -142,14 +149,17 @@ impl Bridge {
         .map_err(|e| crate::upstream::map_post_error(e, true))?;
         let sse = resp.header("content-type").is_some_and(|c| c.starts_with("text/event-stream"));
         if sse && (200..300).contains(&resp.status) {
+            let stop = if listen { &self.services.draining } else { &self.services.shutdown };
             let mut relay = Relay::new(
                 resp.body,
                 target.upstream.max_response(),
                 self.services.keepalive,
-                self.services.shutdown.clone(),
-                hold,
+                stop.clone(),
+                Box::new((hold, place)),
             );
-            relay.deadline = Some(tokio::time::Instant::now() + target.route.upstream.call_timeout);
+            if !listen {
+                relay.deadline = Some(tokio::time::Instant::now() + target.route.upstream.call_timeout);
+            }
             relay.id = Some(call.id.clone());
             relay.rewrite = Some(Box::new(move |data: &str| binding.seal_in(data)));
             return Ok(relay.response(None));
