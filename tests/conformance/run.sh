@@ -239,6 +239,7 @@ PY
 # counts PORT: from the gateway's /metrics, one line
 #   "<legacy sessions opened> <legacy client requests relayed> <modern client requests,
 #    upstream legacy> <modern client requests, upstream modern> <upstream generations>"
+# (modern requests: those that reached a cell, not the front door's refusals)
 # where the last field lists each generation whose sessionless_upstream_generation
 # gauge is 1 (comma-separated, "none" when there is none).
 counts() {
@@ -259,6 +260,10 @@ for line in text.splitlines():
         if labels.get("outcome") == "forwarded":
             fwd += value
     elif name == "sessionless_requests_total" and labels.get("generation") == "modern":
+        # Refused at the front door (method "invalid": bad Host, Origin, headers) before
+        # any cell: labelled upstream="legacy" while the upstream is not probed yet.
+        if labels.get("method") == "invalid":
+            continue
         if labels.get("upstream") == "modern":
             mm += value
         else:

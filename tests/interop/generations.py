@@ -17,7 +17,8 @@ replay  against a modern upstream (the mcp==2.3.0 everything-server): principal 
         (Bearer a) calls test_input_required_result_request_state and gets input_required
         with a requestState; principal B (Bearer b) retries with it and A's inputResponses:
         HTTP 400, JSON-RPC -32602, data.reason "wrong_principal", and nothing reached the
-        upstream (sessionless_upstream_requests_total and the proxy's log unchanged); then
+        upstream (sessionless_upstream_requests_total and the proxy's log unchanged); A's
+        state sent with another tool name is refused the same way ("wrong_request"); then
         A's own retry completes ("state-ok: ...", the upstream got its state back).
 
 Prints one line per check: PASS|FAIL generations:<label>/<check>[: detail]. Exit 1 on any FAIL.
@@ -201,10 +202,39 @@ def probe(args) -> None:
 # ------------------------------------------------------------------ replay
 
 TOOL = "test_input_required_result_request_state"
+# Answers "state-ok: <the requestState it got>" to any call that carries one.
+OTHER = "test_input_required_result_tampered_state"
 
 
 def log_lines(path: str) -> int:
     return sum(1 for _ in open(path))
+
+
+def refused(args, label: str, who: str, params: dict, rid, name: str, bearer: str, reason: str) -> None:
+    """A retry the gateway must refuse (400, -32602, data.reason) with nothing sent upstream."""
+    gw = args.gateway
+    before, lines_before = metrics(gw), log_lines(args.log)
+    status, msg, text = post(gw, "tools/call", params, rid, name=name, bearer=bearer)
+    time.sleep(0.5)  # anything the gateway sent upstream for it has reached the proxy's log by now
+    after, lines_after = metrics(gw), log_lines(args.log)
+    err = (msg or {}).get("error") or {}
+    got = (err.get("data") or {}).get("reason")
+    report(
+        status == 400 and err.get("code") == -32602 and got == reason and (msg or {}).get("id") == rid,
+        label,
+        f"{who}-refused",
+        f"HTTP {status}, {short(text)}",
+    )
+    sent = total(after, "sessionless_upstream_requests_total") - total(before, "sessionless_upstream_requests_total")
+    rejected = total(after, "sessionless_request_state_rejected_total", reason=reason) - total(
+        before, "sessionless_request_state_rejected_total", reason=reason)
+    report(
+        sent == 0 and lines_after == lines_before and rejected == 1,
+        label,
+        f"{who}-nothing-upstream",
+        f"sessionless_upstream_requests_total +{int(sent)}, requests seen by the proxy in front of the upstream "
+        f"+{lines_after - lines_before}, sessionless_request_state_rejected_total{{reason=\"{reason}\"}} +{int(rejected)}",
+    )
 
 
 def replay(args) -> None:
@@ -228,29 +258,13 @@ def replay(args) -> None:
         "_meta": meta(caps),
     }
 
-    before, lines_before = metrics(gw), log_lines(args.log)
-    status, msg, text = post(gw, "tools/call", retry, 2, name=TOOL, bearer="b")
-    time.sleep(0.5)  # anything the gateway sent upstream for B has reached the proxy's log by now
-    after, lines_after = metrics(gw), log_lines(args.log)
-    err = (msg or {}).get("error") or {}
-    reason = (err.get("data") or {}).get("reason")
-    report(
-        status == 400 and err.get("code") == -32602 and reason == "wrong_principal" and (msg or {}).get("id") == 2,
-        label,
-        "b-refused",
-        f"HTTP {status}, {short(text)}",
-    )
-    sent = total(after, "sessionless_upstream_requests_total") - total(before, "sessionless_upstream_requests_total")
-    rejected = total(after, "sessionless_request_state_rejected_total", reason="wrong_principal") - total(
-        before, "sessionless_request_state_rejected_total", reason="wrong_principal")
-    report(
-        sent == 0 and lines_after == lines_before and rejected == 1,
-        label,
-        "b-nothing-upstream",
-        f"sessionless_upstream_requests_total +{int(sent)}, requests seen by the proxy in front of the upstream "
-        f"+{lines_after - lines_before}, sessionless_request_state_rejected_total{{reason=\"wrong_principal\"}} +{int(rejected)}",
-    )
+    # B replays A's state: refused before anything goes upstream.
+    refused(args, label, "b", retry, 2, TOOL, "b", "wrong_principal")
+    # A sends its state with another tool (one that echoes any state it is given): refused too.
+    other = dict(retry, name=OTHER)
+    refused(args, label, "a-other-tool", other, 4, OTHER, "a", "wrong_request")
 
+    before, lines_before = metrics(gw), log_lines(args.log)
     status, msg, text = post(gw, "tools/call", retry, 3, name=TOOL, bearer="a")
     result = (msg or {}).get("result") or {}
     texts = [c.get("text") for c in result.get("content") or [] if isinstance(c, dict)]
@@ -263,8 +277,8 @@ def replay(args) -> None:
     )
     final = metrics(gw)
     report(
-        total(final, "sessionless_upstream_requests_total") - total(after, "sessionless_upstream_requests_total") >= 1
-        and log_lines(args.log) > lines_after,
+        total(final, "sessionless_upstream_requests_total") - total(before, "sessionless_upstream_requests_total") >= 1
+        and log_lines(args.log) > lines_before,
         label,
         "a-retry-upstream",
         "A's retry reached the upstream (its requestState handed back: the upstream accepted it)",

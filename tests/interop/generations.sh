@@ -21,10 +21,11 @@
 #   fixture/probe-*: the server/discover probe's 400 minted a session (mcp==1.30.0 does)
 #     and the gateway sent DELETE for it (nothing else used it); sdk2/probe-*: the probe
 #     got 2xx and minted nothing;
-#   sdk2/a-input-required, b-refused, b-nothing-upstream, a-retry-completes,
-#     a-retry-upstream: principal A's requestState replayed by principal B is refused
-#     (400, -32602, data.reason wrong_principal) with nothing sent upstream, and A's
-#     retry completes.
+#   sdk2/a-input-required, b-refused, b-nothing-upstream, a-other-tool-refused,
+#     a-other-tool-nothing-upstream, a-retry-completes, a-retry-upstream: principal A's
+#     requestState replayed by principal B is refused (400, -32602, data.reason
+#     wrong_principal) with nothing sent upstream, so is A's state sent with another
+#     tool (wrong_request), and A's retry completes.
 # Exits non-zero on any failure. Every process is stopped on exit, even on failure.
 #
 # Environment:
