@@ -11,7 +11,11 @@ request; client connections are kept alive.
 
 Prints `listening 127.0.0.1:PORT` on stdout once bound. Each request is logged (to
 --log, default stderr) as one line:
-    <seq> <backend> <METHOD> <path> session=<hash of Mcp-Session-Id, or -> <status|error ...>
+    <seq> <backend> <METHOD> <path> session=<hash of Mcp-Session-Id, or -> <status|error ...> [rpc=<method>] [minted=<hash>]
+where rpc= is the JSON-RPC method of a request body that is one JSON-RPC request or
+notification, and minted= names a session id the answer carried in its Mcp-Session-Id
+header that the request did not (a session the backend opened: on initialize, or unasked).
+With one --backend it is a logging pass-through (tests/interop/generations.sh uses it so).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import argparse
 import hashlib
 import http.client
 import itertools
+import json
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -111,7 +116,11 @@ class Handler(BaseHTTPRequestHandler):
             self.server.record(f"{where} error {type(e).__name__}: {e}")
             self.send_error(502, "backend unreachable")
             return
-        self.server.record(f"{where} {resp.status}")
+        extra = f" rpc={rpc}" if (rpc := rpc_method(body)) else ""
+        minted = resp.getheader("Mcp-Session-Id")
+        if minted and minted != sid:
+            extra += f" minted={hashlib.sha256(minted.encode()).hexdigest()[:10]}"
+        self.server.record(f"{where} {resp.status}{extra}")
         try:
             self.relay(resp)
         except OSError:
@@ -147,6 +156,17 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         if resp.will_close and length is None and not chunked:
             self.close_connection = True
+
+
+def rpc_method(body: bytes) -> str | None:
+    """The JSON-RPC method of a body holding one request or notification (for the log)."""
+    if not body.lstrip().startswith(b"{"):
+        return None
+    try:
+        method = json.loads(body).get("method")
+    except ValueError:
+        return None
+    return method if isinstance(method, str) and method and not any(c.isspace() for c in method) else None
 
 
 def main() -> None:

@@ -17,7 +17,8 @@
 #   SESSIONLESS_PEERS  where scripts/setup-peers installs the peers (default .peers)
 #   INTEROP_MRTR=0     skip the elicitation/sampling (MRTR) flows (they run by default)
 #   INTEROP_SELFTEST=1 also run both clients straight against the mcp==2.3.0 reference
-#                      everything-server (a native 2026-07-28 server; downloads its sdist)
+#                      everything-server (a native 2026-07-28 server, from the sdist that
+#                      scripts/setup-peers unpacks)
 #   INTEROP_LOGDIR     keep process logs there (default: a temporary directory)
 #   INTEROP_CLIENT_TIMEOUT  seconds per client run (default 240)
 set -euo pipefail
@@ -109,15 +110,11 @@ done
 # ---------------------------------------------------------------- optional client self-test
 
 if [[ "${INTEROP_SELFTEST:-0}" == 1 ]]; then
-  SDIST="$PEERS/sdist"
-  if [[ ! -d "$SDIST/mcp-2.3.0/examples/servers/everything-server" ]]; then
-    mkdir -p "$SDIST"
-    "$PEERS/py-modern/bin/pip" download --quiet --disable-pip-version-check --no-deps --no-binary :all: \
-      "mcp==2.3.0" -d "$SDIST" > "$LOGDIR/sdist.log" 2>&1 || die "cannot download the mcp==2.3.0 sdist"
-    tar -xzf "$SDIST/mcp-2.3.0.tar.gz" -C "$SDIST"
-  fi
+  # Installed (pinned) by scripts/setup-peers.
+  EVERYTHING_PY="$PEERS/sdist/mcp-2.3.0/examples/servers/everything-server"
+  [[ -d "$EVERYTHING_PY" ]] || die "missing peer $EVERYTHING_PY"
   MODERN_PORT=$(free_port)
-  start modern-everything env -C "$SDIST/mcp-2.3.0/examples/servers/everything-server" \
+  start modern-everything env -C "$EVERYTHING_PY" \
     "$PY_MODERN" -m mcp_everything_server --port "$MODERN_PORT"
   wait_http modern-everything "$LAST_PID" "http://127.0.0.1:$MODERN_PORT/mcp" 30 || die "modern everything-server: $WAIT_REASON"
   run_client py-modern-everything "$PY_MODERN" tests/interop/py_client.py --url "http://127.0.0.1:$MODERN_PORT/mcp" --upstream modern-everything --mrtr
