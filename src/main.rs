@@ -19,7 +19,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Parser, Debug)]
 #[command(version, about, long_about = None)]
 struct Cli {
-    /// The legacy upstream MCP endpoint, e.g. http://127.0.0.1:9000/mcp (served at /mcp).
+    /// The upstream MCP endpoint, e.g. http://127.0.0.1:9000/mcp (served at /mcp; its generation probed).
     #[arg(long, value_name = "URL", conflicts_with = "config")]
     upstream: Option<String>,
     /// A TOML routing file (see config/); exclusive with --upstream.
