@@ -153,6 +153,7 @@ impl Gateway {
         }
     }
 
+    /// Refuses a modern request (or one whose generation is not known yet).
     fn reject(
         &self,
         target: &Target,
@@ -160,14 +161,20 @@ impl Gateway {
         err: &Error,
         started: Instant,
     ) -> Response<Body> {
+        self.reject_as(Generation::Modern, target, id, err, started)
+    }
+
+    /// Refuses a request of generation `client` before any cell ran it.
+    fn reject_as(
+        &self,
+        client: Generation,
+        target: &Target,
+        id: Option<&serde_json::Value>,
+        err: &Error,
+        started: Instant,
+    ) -> Response<Body> {
         let upstream = target.detected.known().and_then(Result::ok).unwrap_or(Generation::Legacy);
-        self.services.count(
-            &target.route.path,
-            (Generation::Modern, upstream),
-            "invalid",
-            err.reason(),
-            started,
-        );
+        self.services.count(&target.route.path, (client, upstream), "invalid", err.reason(), started);
         let mut resp = error_response(id, err);
         if err.status() == StatusCode::METHOD_NOT_ALLOWED {
             resp.headers_mut()
@@ -189,7 +196,8 @@ impl Gateway {
             crate::guard::check(&self.config, &parts.method, parts.uri.authority(), &parts.headers)
         };
         if let Err(e) = checked {
-            return self.reject(&target, None, &e, started);
+            let client = if legacy_verb { Generation::Legacy } else { Generation::Modern };
+            return self.reject_as(client, &target, None, &e, started);
         }
         if legacy_verb {
             let caller = Caller {
@@ -200,11 +208,11 @@ impl Gateway {
             };
             let upstream = match target.detected.generation(&target.upstream).await {
                 Ok(upstream) => upstream,
-                Err(e) => return self.reject(&target, None, &e, started),
+                Err(e) => return self.reject_as(Generation::Legacy, &target, None, &e, started),
             };
             // A concurrency permit like any request, for as long as the answer lives.
             let Ok(permit) = self.limit.clone().try_acquire_owned() else {
-                return self.reject(&target, None, &Error::Overloaded, started);
+                return self.reject_as(Generation::Legacy, &target, None, &Error::Overloaded, started);
             };
             return match Cell::of(Generation::Legacy, upstream) {
                 Cell::LegacyLegacy => {
@@ -215,7 +223,7 @@ impl Gateway {
                 }
                 // No session verbs on the modern cells: what a 2026 endpoint says.
                 Cell::ModernLegacy | Cell::ModernModern => {
-                    self.reject(&target, None, &Error::MethodNotAllowed, started)
+                    self.reject_as(Generation::Legacy, &target, None, &Error::MethodNotAllowed, started)
                 }
             };
         }
@@ -241,7 +249,10 @@ impl Gateway {
         };
         let upstream = match target.detected.generation(&target.upstream).await {
             Ok(upstream) => upstream,
-            Err(e) => return self.reject(&target, front::request_id(&caller.body).as_ref(), &e, started),
+            Err(e) => {
+                let id = front::request_id(&caller.body);
+                return self.reject_as(generation, &target, id.as_ref(), &e, started);
+            }
         };
         match Cell::of(generation, upstream) {
             cell @ (Cell::ModernLegacy | Cell::ModernModern) => {
