@@ -343,6 +343,10 @@ impl Gateway {
             Ok(Message::Call(call)) => *call,
             Err(rej) => return self.reject(&target, rej.id.as_ref(), &rej.error, started),
         };
+        // Draining: retries of paused calls are still served, new calls go elsewhere.
+        if self.draining.load(Ordering::SeqCst) && !call.params.contains_key("requestState") {
+            return self.reject(&target, Some(&call.id), &Error::Overloaded, started);
+        }
         if cell == Cell::ModernModern {
             return self.pass(target, call, caller, admission, started).await;
         }
@@ -360,10 +364,6 @@ impl Gateway {
         admission: Admission,
         started: Instant,
     ) -> Response<Body> {
-        let retry = call.params.contains_key("requestState");
-        if self.draining.load(Ordering::SeqCst) && !retry {
-            return self.reject(&target, Some(&call.id), &Error::Overloaded, started);
-        }
         let Admission { _call: permit, _body: share } = admission;
         let (resp, outcome) = self
             .modern_modern
@@ -390,10 +390,6 @@ impl Gateway {
         started: Instant,
     ) -> Response<Body> {
         let retry = call.params.contains_key("requestState");
-        // Draining: retries of paused calls are still served, new calls go elsewhere.
-        if self.draining.load(Ordering::SeqCst) && !retry {
-            return self.reject(&target, Some(&call.id), &Error::Overloaded, started);
-        }
         let (mut caller, mut admission) = (caller, admission);
         if !retry {
             // Only a retry may be forwarded with its body: any other call
