@@ -56,8 +56,8 @@ async fn the_upstream_state_travels_sealed_and_comes_back_byte_for_byte() {
             .bearer(who)
     };
     let before = up.calls().len();
-    let stolen = retry("mallory").send().await;
-    stolen.assert_error(400, -32602, &stolen.body["id"].clone());
+    let stolen = retry("mallory").id(json!("steal")).send().await;
+    stolen.assert_error(400, -32602, &json!("steal"));
     assert_eq!(stolen.reason(), Some("wrong_principal"));
     assert_eq!(up.calls().len(), before, "nothing sent upstream for another principal");
 
@@ -109,6 +109,49 @@ async fn a_modern_server_of_another_revision_is_refused_and_never_initialized() 
     assert_eq!(reply.reason(), Some("upstream_refused"));
     assert_eq!(up.initializes(), 0, "never sent initialize");
     let (status, readyz) = gw.get("/readyz").await;
-    assert_eq!(status, 503, "{readyz}");
+    assert_eq!(status, 200, "one refused route does not take the others out: {readyz}");
     assert!(readyz.contains("refused (speaks 2027-06-01)"), "{readyz}");
+}
+
+#[tokio::test]
+async fn a_retry_reaches_the_upstream_as_the_client_wrote_it_but_for_the_state() {
+    let up = ModernUpstream::start().await;
+    let gw = Gateway::start_auto(&up.url).await;
+    let first = gw.request("tools/call").params(json!({"name": "ask", "arguments": {}})).send().await;
+    let sealed = first.result()["requestState"].as_str().unwrap().to_string();
+
+    // A number no f64 holds, and members in an order of the client's own.
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{{"requestState":"{sealed}","name":"ask","arguments":{{"big":12345678901234567890123,"b":1,"a":2}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{"elicitation":{{}}}}}},"inputResponses":{{"name":{{"action":"decline"}}}}}}}}"#
+    );
+    let headers = [
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "ask"),
+    ];
+    let reply = gw.post_raw(&headers, body.clone()).await;
+
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    let sent = String::from_utf8(up.calls().last().unwrap().raw.to_vec()).unwrap();
+    assert_eq!(sent, body.replace(&sealed, UPSTREAM_STATE), "every other byte as the client sent it");
+}
+
+#[tokio::test]
+async fn a_state_on_sse_or_under_an_escaped_name_is_sealed_too() {
+    let up = ModernUpstream::start().await;
+    let gw = Gateway::start_auto(&up.url).await;
+
+    for tool in ["ask_sse", "ask_escaped"] {
+        let reply = gw.request("tools/call").params(json!({"name": tool, "arguments": {}})).send().await;
+        assert_eq!(reply.status, 200, "{tool}: {}", reply.raw);
+        assert!(
+            !reply.raw.contains(UPSTREAM_STATE),
+            "{tool}: the upstream's state reached the client: {}",
+            reply.raw
+        );
+        assert_eq!(reply.result()["resultType"], "input_required", "{tool}");
+        assert_eq!(reply.is_sse(), tool == "ask_sse", "{tool}: answered the way the upstream did");
+    }
 }

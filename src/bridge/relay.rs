@@ -46,8 +46,9 @@ pub struct Relay {
     quiet: Duration,
 }
 
-/// An event data rewrite: the new data, or `None` to keep the event.
-pub type Rewrite = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
+/// An event data rewrite: the new data, `None` to keep the event as it is,
+/// or `Err` when the event cannot be read (the stream ends with an error).
+pub type Rewrite = Box<dyn Fn(&str) -> Result<Option<String>, ()> + Send + Sync>;
 
 impl Relay {
     /// Relays the SSE `body` (each event at most `limit` bytes) until it
@@ -133,8 +134,13 @@ impl Relay {
             Woke::Event(Some(Ok(mut event))) => {
                 self.quiet = Duration::ZERO;
                 if let (Some(rewrite), Some(data)) = (&self.rewrite, &event.data) {
-                    if let Some(new) = rewrite(data) {
-                        event.data = Some(new);
+                    match rewrite(data) {
+                        Ok(Some(new)) => event.data = Some(new),
+                        Ok(None) => {}
+                        Err(()) if data.trim().is_empty() => {}
+                        Err(()) => {
+                            return self.fail(&Error::UpstreamInvalid("event is not a JSON-RPC message"))
+                        }
                     }
                 }
                 self.encoded(&event)

@@ -75,6 +75,10 @@ const REFUSED: u8 = 3;
 /// 502 for this long before the next probe (an outage does not become a
 /// probe per request).
 const PROBE_BACKOFF: Duration = Duration::from_secs(1);
+/// How long a request waits for a probe another request started.
+const PROBE_WAIT: Duration = Duration::from_secs(2);
+/// A refused upstream is asked again after this long (it may be upgraded).
+const REFUSED_RECHECK: Duration = Duration::from_secs(30);
 
 /// An upstream's generation: fixed by the configuration, or probed on first
 /// need and cached until something suggests the upstream changed.
@@ -83,8 +87,8 @@ pub struct Detected {
     state: AtomicU8,
     /// Held while a probe runs (one at a time); the last failed probe.
     probing: tokio::sync::Mutex<Option<Instant>>,
-    /// What a refused upstream speaks, for `/readyz` and the logs.
-    refused: Mutex<Vec<String>>,
+    /// What a refused upstream speaks, for `/readyz` and the logs, and when.
+    refused: Mutex<(Vec<String>, Option<Instant>)>,
     metrics: Metrics,
     route: String,
     upstream: String,
@@ -101,7 +105,7 @@ impl Detected {
             auto: setting == UpstreamGeneration::Auto,
             state: AtomicU8::new(state),
             probing: tokio::sync::Mutex::new(None),
-            refused: Mutex::new(Vec::new()),
+            refused: Mutex::new((Vec::new(), None)),
             metrics,
             route: route.path.clone(),
             upstream: route.upstream.name.clone(),
@@ -115,7 +119,7 @@ impl Detected {
         match self.state.load(Ordering::Acquire) {
             LEGACY => Some(Ok(Generation::Legacy)),
             MODERN => Some(Ok(Generation::Modern)),
-            REFUSED => Some(Err(self.refused.lock().expect("refused lock").clone())),
+            REFUSED => Some(Err(self.refused.lock().map(|r| r.0.clone()).unwrap_or_default())),
             _ => None,
         }
     }
@@ -124,10 +128,14 @@ impl Detected {
     pub async fn generation(&self, upstream: &Transport) -> Result<Generation, Error> {
         match self.known() {
             Some(Ok(g)) => return Ok(g),
-            Some(Err(_)) => return Err(Error::UpstreamRefused),
-            None => {}
+            Some(Err(_)) if !self.recheck_refused() => return Err(Error::UpstreamRefused),
+            _ => {}
         }
-        let mut last_failure = self.probing.lock().await;
+        // One probe at a time; the others wait for it a little, not for
+        // as long as a hung upstream takes to time out.
+        let Ok(mut last_failure) = tokio::time::timeout(PROBE_WAIT, self.probing.lock()).await else {
+            return Err(Error::UpstreamUnreachable);
+        };
         // Another request may have probed while this one waited.
         match self.known() {
             Some(Ok(g)) => return Ok(g),
@@ -162,7 +170,9 @@ impl Detected {
             Found::Legacy => LEGACY,
             Found::Modern => MODERN,
             Found::OtherRevision(supported) => {
-                *self.refused.lock().expect("refused lock") = supported.clone();
+                if let Ok(mut r) = self.refused.lock() {
+                    *r = (supported.clone(), Some(Instant::now()));
+                }
                 tracing::error!(
                     route = %self.route,
                     upstream = %self.upstream,
@@ -180,8 +190,15 @@ impl Detected {
         self.export(state);
     }
 
-    /// Something suggests the upstream changed (it went away, or answered
-    /// as the other generation would): probe again before the next request.
+    /// Whether a refused upstream is due to be asked again (then it is
+    /// unknown until the probe says otherwise).
+    fn recheck_refused(&self) -> bool {
+        let due = self.refused.lock().is_ok_and(|r| r.1.is_some_and(|at| at.elapsed() >= REFUSED_RECHECK));
+        due && self.state.compare_exchange(REFUSED, UNKNOWN, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// Something suggests the upstream changed (it could not be reached: it
+    /// may come back upgraded): probe again before the next request.
     pub fn suspect(&self) {
         if self.auto && self.state.swap(UNKNOWN, Ordering::AcqRel) != UNKNOWN {
             tracing::info!(route = %self.route, upstream = %self.upstream, "upstream will be probed again");
@@ -202,7 +219,7 @@ impl Detected {
         }
     }
 
-    /// One line for `/readyz` and `sessionless upstreams`.
+    /// What `/readyz` and `check-config --probe` say about the upstream.
     pub fn describe(&self) -> String {
         match self.known() {
             Some(Ok(g)) => g.as_str().to_string(),

@@ -35,7 +35,13 @@ pub async fn probe(upstream: &Transport) -> Result<Found, PostError> {
         ("content-type", "application/json"),
     ];
     let bytes = serde_json::to_vec(&body).expect("serialises");
-    let resp = upstream.send_headers("POST", &headers, &bytes).await?;
+    // Safe to send again: a probe changes nothing upstream.
+    let resp = match upstream.send_headers("POST", &headers, &bytes).await {
+        Err(PostError::NotSent | PostError::Broken) => {
+            upstream.send_headers("POST", &headers, &bytes).await?
+        }
+        other => other?,
+    };
     let status = resp.status;
     let minted = resp.header("mcp-session-id").map(str::to_string);
     let sse = resp.header("content-type").is_some_and(|c| c.starts_with("text/event-stream"));
@@ -46,7 +52,7 @@ pub async fn probe(upstream: &Transport) -> Result<Found, PostError> {
         upstream.delete(&SessionWire { id: Some(id), version: None }).await;
     }
     let text = text?;
-    Ok(classify(status, &message(&text, sse)))
+    classify(status, &message(&text, sse))
 }
 
 /// The answer's JSON-RPC message (the first one carrying a result or an
@@ -72,16 +78,21 @@ fn message(body: &[u8], sse: bool) -> Value {
         .unwrap_or(Value::Null)
 }
 
-fn classify(status: u16, msg: &Value) -> Found {
+/// What an answer says; `Err` when it says nothing about the protocol (an
+/// upstream that wants credentials, is overloaded or failing, or answered
+/// something that is not MCP): nothing is known yet, the probe is repeated.
+fn classify(status: u16, msg: &Value) -> Result<Found, PostError> {
+    // Only version-shaped strings, a few: they end up in logs and `/readyz`.
     let versions = |v: Option<&Value>| -> Vec<String> {
+        let shaped = |s: &&str| s.len() == 10 && s.bytes().all(|b| b.is_ascii_digit() || b == b'-');
         v.and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+            .map(|a| a.iter().filter_map(Value::as_str).filter(shaped).take(8).map(str::to_string).collect())
             .unwrap_or_default()
     };
     if (200..300).contains(&status) {
         let supported = versions(msg.pointer("/result/supportedVersions"));
         if supported.iter().any(|v| v == MODERN_VERSION) {
-            return Found::Modern;
+            return Ok(Found::Modern);
         }
     }
     if msg.pointer("/error/code").and_then(Value::as_i64) == Some(crate::error::code::UNSUPPORTED_VERSION) {
@@ -90,11 +101,19 @@ fn classify(status: u16, msg: &Value) -> Found {
             // Only a server of the stateless era names versions this way;
             // a legacy one would have taken `initialize`.
             if supported.iter().all(|v| !crate::front::generation::LEGACY_VERSIONS.contains(&v.as_str())) {
-                return Found::OtherRevision(supported);
+                return Ok(Found::OtherRevision(supported));
             }
         }
     }
-    Found::Legacy
+    // What a session server answers a request it does not understand: a
+    // client error about the request, or a JSON-RPC error. Anything else
+    // (401/403/429/5xx, a page that is not MCP) is no answer at all.
+    let rpc_error = msg.get("jsonrpc").is_some() && msg.get("error").is_some();
+    match status {
+        400 | 404 | 405 | 406 | 415 => Ok(Found::Legacy),
+        200..=299 if rpc_error => Ok(Found::Legacy),
+        _ => Err(PostError::Status(status)),
+    }
 }
 
 #[cfg(test)]
@@ -105,25 +124,32 @@ mod tests {
     fn answers_are_classified() {
         let discover = json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "complete",
             "supportedVersions": ["2026-07-28", "2025-11-25"], "capabilities": {}}});
-        assert_eq!(classify(200, &discover), Found::Modern);
+        assert_eq!(classify(200, &discover), Ok(Found::Modern));
         let future = json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32022, "message": "no",
             "data": {"supported": ["2027-03-01"], "requested": "2026-07-28"}}});
-        assert_eq!(classify(400, &future), Found::OtherRevision(vec!["2027-03-01".into()]));
+        assert_eq!(classify(400, &future), Ok(Found::OtherRevision(vec!["2027-03-01".into()])));
         let legacy_with_versions = json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32022,
             "message": "no", "data": {"supported": ["2025-11-25"]}}});
-        assert_eq!(classify(400, &legacy_with_versions), Found::Legacy);
+        assert_eq!(classify(400, &legacy_with_versions), Ok(Found::Legacy));
         let not_found = json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32601, "message": "nope"}});
-        assert_eq!(classify(200, &not_found), Found::Legacy);
-        assert_eq!(classify(400, &Value::Null), Found::Legacy);
-        assert_eq!(classify(404, &Value::Null), Found::Legacy);
+        assert_eq!(classify(200, &not_found), Ok(Found::Legacy));
+        assert_eq!(classify(400, &Value::Null), Ok(Found::Legacy));
+        assert_eq!(classify(404, &Value::Null), Ok(Found::Legacy));
+        for status in [401, 403, 429, 500, 503] {
+            assert_eq!(classify(status, &Value::Null), Err(PostError::Status(status)), "{status}");
+        }
+        assert_eq!(classify(200, &Value::Null), Err(PostError::Status(200)), "a page that is not MCP");
+        let hostile = json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32022, "message": "no",
+            "data": {"supported": ["2027-03-01\nready", "9999-99-99", "x"]}}});
+        assert_eq!(classify(400, &hostile), Ok(Found::OtherRevision(vec!["9999-99-99".into()])));
         let discover_old =
             json!({"jsonrpc": "2.0", "id": 1, "result": {"supportedVersions": ["2027-03-01"]}});
-        assert_eq!(classify(200, &discover_old), Found::Legacy);
+        assert_eq!(classify(200, &discover_old), Err(PostError::Status(200)));
     }
 
     #[test]
     fn the_message_is_found_in_sse_too() {
         let body = b"id: 1\ndata: \n\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"supportedVersions\":[\"2026-07-28\"]}}\n\n";
-        assert_eq!(classify(200, &message(body, true)), Found::Modern);
+        assert_eq!(classify(200, &message(body, true)), Ok(Found::Modern));
     }
 }

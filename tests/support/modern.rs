@@ -87,7 +87,16 @@ async fn handle(
             "supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}},
             "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "fake-modern", "version": "1"}},
             "ttlMs": 0, "cacheScope": "private"})),
-        (Some("tools/call"), Some("ask")) => match msg["params"]["requestState"].as_str() {
+        (Some("tools/call"), Some("ask_sse")) if msg["params"]["requestState"].is_null() => {
+            let ask = result(json!({"resultType": "input_required",
+                "inputRequests": {"name": {"method": "elicitation/create", "params": {"message": "?"}}},
+                "requestState": UPSTREAM_STATE}));
+            let text = format!("event: message\ndata: {ask}\n\n");
+            let mut resp = Response::new(Full::new(Bytes::from(text)).boxed());
+            resp.headers_mut().insert("content-type", "text/event-stream".parse().unwrap());
+            return Ok(resp);
+        }
+        (Some("tools/call"), Some("ask" | "ask_sse")) => match msg["params"]["requestState"].as_str() {
             None => result(json!({"resultType": "input_required",
                 "inputRequests": {"name": {"method": "elicitation/create",
                     "params": {"mode": "form", "message": "name?", "requestedSchema": {"type": "object"}}}},
@@ -95,6 +104,15 @@ async fn handle(
             Some(state) => result(json!({"resultType": "complete",
                 "content": [{"type": "text", "text": format!("state back: {state}")}]})),
         },
+        (Some("tools/call"), Some("ask_escaped")) => {
+            // The member name written with an escape: still a requestState.
+            let text = format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"result":{{"resultType":"input_required","inputRequests":{{}},"request\u0053tate":"{UPSTREAM_STATE}"}}}}"#
+            );
+            let mut resp = Response::new(Full::new(Bytes::from(text)).boxed());
+            resp.headers_mut().insert("content-type", "application/json".parse().unwrap());
+            return Ok(resp);
+        }
         (Some("tools/call"), Some("stream")) => {
             let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
                 "params": {"progressToken": "p", "progress": 1}});

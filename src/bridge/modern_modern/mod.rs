@@ -58,18 +58,65 @@ impl Binding {
         }
     }
 
-    /// The message with its `result.requestState` sealed, or `None` when it
-    /// carries none (most messages: a substring check avoids the tree).
-    fn seal_in(&self, text: &str) -> Option<String> {
-        if !text.contains("\"requestState\"") {
-            return None;
-        }
-        let mut msg: Value = serde_json::from_str(text).ok()?;
-        let state = msg.pointer_mut("/result/requestState")?;
-        let sealed = envelope::seal(&self.sealer, &self.expect(), state.as_str()?);
-        *state = Value::String(sealed);
-        Some(msg.to_string())
+    /// The message with its `result.requestState` sealed: `Ok(None)` when it
+    /// carries none (kept byte for byte), `Err` when it is not a JSON-RPC
+    /// message the gateway can read (never passed on: a state it could not
+    /// see would reach the client unsealed).
+    fn seal_in(&self, text: &str) -> Result<Option<String>, ()> {
+        let Some((span, state)) = state_span(text, Holder::Result)? else {
+            return Ok(None);
+        };
+        let sealed = envelope::seal(&self.sealer, &self.expect(), &state);
+        Ok(Some(splice(text, span, &sealed)))
     }
+}
+
+/// Which member holds the `requestState`.
+#[derive(Clone, Copy)]
+enum Holder {
+    Params,
+    Result,
+}
+
+/// Where the `requestState` string of a message's params or result sits
+/// (its byte range in `text`) and what it says. One typed pass over the
+/// message, no tree: it also checks the whole message is JSON (an escaped
+/// member name is still found; a repeated one is refused).
+#[allow(clippy::type_complexity)]
+fn state_span(text: &str, holder: Holder) -> Result<Option<(std::ops::Range<usize>, String)>, ()> {
+    #[derive(serde::Deserialize)]
+    struct Msg<'a> {
+        #[serde(borrow)]
+        params: Option<Members<'a>>,
+        #[serde(borrow)]
+        result: Option<Members<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Members<'a> {
+        #[serde(rename = "requestState", borrow)]
+        state: Option<&'a serde_json::value::RawValue>,
+    }
+    let msg: Msg<'_> = serde_json::from_str(text).map_err(|_| ())?;
+    let members = match holder {
+        Holder::Params => msg.params,
+        Holder::Result => msg.result,
+    };
+    let Some(raw) = members.and_then(|m| m.state) else {
+        return Ok(None);
+    };
+    let state: String = serde_json::from_str(raw.get()).map_err(|_| ())?;
+    let start = raw.get().as_ptr() as usize - text.as_ptr() as usize;
+    Ok(Some((start..start + raw.get().len(), state)))
+}
+
+/// `text` with the bytes of `span` replaced by `value` as a JSON string.
+fn splice(text: &str, span: std::ops::Range<usize>, value: &str) -> String {
+    let quoted = Value::String(value.to_string()).to_string();
+    let mut out = String::with_capacity(text.len() + quoted.len());
+    out.push_str(&text[..span.start]);
+    out.push_str(&quoted);
+    out.push_str(&text[span.end..]);
+    out
 }
 
 impl Bridge {
@@ -122,7 +169,7 @@ impl Bridge {
             Some(Value::String(blob)) => {
                 let inner = envelope::open(&self.services.sealer, blob, &binding.expect())
                     .map_err(|why| self.rejected(target, why))?;
-                with_state(&body, inner)?
+                with_state(&body, &inner)?
             }
             Some(_) => return Err(self.rejected(target, Rejected::Invalid)),
         };
@@ -177,28 +224,33 @@ impl Bridge {
     ) -> Result<Response<Body>, Error> {
         let status = StatusCode::from_u16(resp.status).unwrap_or(StatusCode::BAD_GATEWAY);
         let json = resp.header("content-type").is_some_and(|c| c.starts_with("application/json"));
-        if status == StatusCode::ACCEPTED {
-            return Ok(reply::empty(StatusCode::ACCEPTED));
+        let retry_after = resp.header("retry-after").and_then(|v| HeaderValue::from_str(v).ok());
+        // The upstream's own authentication is not the client's business:
+        // its challenge would send the client to authorize at the gateway.
+        if matches!(resp.status, 202 | 401 | 403 | 407) {
+            return Err(Error::UpstreamInvalid("unexpected status"));
         }
         let body = target
             .upstream
             .read_body(resp.body)
             .await
             .map_err(|e| crate::upstream::map_post_error(e, true))?;
+        let invalid =
+            || Error::UpstreamInvalid(if status.is_success() { "content type" } else { "error status" });
+        let text = std::str::from_utf8(&body).map_err(|_| invalid())?;
         if !json || !relay::is_json_message(&body) {
-            return Err(Error::UpstreamInvalid(if status.is_success() {
-                "content type"
-            } else {
-                "error status"
-            }));
+            return Err(invalid());
         }
-        let body = match std::str::from_utf8(&body).ok().and_then(|t| binding.seal_in(t)) {
+        let body = match binding.seal_in(text).map_err(|()| invalid())? {
             Some(sealed) => Bytes::from(sealed),
             None => body,
         };
         let mut out = Response::new(reply::full(body));
         *out.status_mut() = status;
         out.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(retry_after) = retry_after {
+            out.headers_mut().insert(header::RETRY_AFTER, retry_after);
+        }
         Ok(out)
     }
 
@@ -209,12 +261,12 @@ impl Bridge {
     }
 }
 
-/// The retry's body with the upstream's own `requestState` put back.
-fn with_state(body: &[u8], state: String) -> Result<Bytes, Error> {
-    let mut msg: Value = serde_json::from_slice(body).map_err(|_| Error::Parse)?;
-    let Some(slot) = msg.pointer_mut("/params/requestState") else {
-        return Err(Error::Internal("retry without requestState".into()));
-    };
-    *slot = Value::String(state);
-    Ok(Bytes::from(serde_json::to_vec(&msg).expect("serialises")))
+/// The retry's body with the upstream's own `requestState` put back in the
+/// place of the envelope; every other byte as the client sent it.
+fn with_state(body: &[u8], state: &str) -> Result<Bytes, Error> {
+    let text = std::str::from_utf8(body).map_err(|_| Error::Parse)?;
+    match state_span(text, Holder::Params) {
+        Ok(Some((span, _))) => Ok(Bytes::from(splice(text, span, state))),
+        _ => Err(Error::InvalidRequest("the requestState could not be read".into())),
+    }
 }
