@@ -279,7 +279,7 @@ if want modern; then
     # One short run first (it waits for the probe if need be), then /readyz.
     timeout 30 "$LOADGEN" modern --addr "127.0.0.1:$MODERN_GATEWAY_PORT" -c 1 -d 0.2 --warmup 0 >/dev/null
     readyz=$(curl -s "http://127.0.0.1:$MODERN_GATEWAY_PORT/readyz")
-    if ! grep -q 'default: modern' <<<"$readyz"; then
+    if ! grep -q 'demo-modern: modern' <<<"$readyz"; then
         echo "the gateway did not find the 2026 upstream modern: $readyz" >&2
         exit 1
     fi
