@@ -7,8 +7,11 @@
 #   bench/profile.sh                   # stateless tools/call echo, concurrency 8, 20 s
 #   PROFILE_MODE=mrtr bench/profile.sh # ask_user question + retry
 #   PROFILE_MODE=legacy bench/profile.sh # a legacy client's echo through the legacy relay
+#   PROFILE_UPSTREAM=modern bench/profile.sh # stateless echo through the pass-through
+#                                            # (the built-in server with --generation modern)
 #
-# Knobs: PROFILE_MODE (modern | mrtr | principals | legacy), PROFILE_CONCURRENCY (8),
+# Knobs: PROFILE_MODE (modern | mrtr | principals | legacy), PROFILE_UPSTREAM
+# (legacy | modern: what the built-in server speaks), PROFILE_CONCURRENCY (8),
 # PROFILE_SECONDS (20), BENCH_SKIP_BUILD=1, CARGO_TARGET_DIR (default target/).
 # Needs valgrind (apt-get install valgrind). Release builds carry line tables
 # (profile.release debug = 1), so the report names src/ lines.
@@ -17,9 +20,10 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 MODE=${PROFILE_MODE:-modern}
+UPSTREAM_GENERATION=${PROFILE_UPSTREAM:-legacy}
 CONC=${PROFILE_CONCURRENCY:-8}
 SECONDS_=${PROFILE_SECONDS:-20}
-OUT=$ROOT/bench/out/profile-$MODE-$(date -u +%Y%m%dT%H%M%SZ)
+OUT=$ROOT/bench/out/profile-$MODE-$UPSTREAM_GENERATION-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$OUT"
 
 log() { printf '[profile %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -48,7 +52,7 @@ LOADGEN=$TARGET_DIR/release/examples/loadgen
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
 
-"$BIN" demo-upstream --listen 127.0.0.1:0 2>"$OUT/upstream.log" &
+"$BIN" demo-upstream --generation "$UPSTREAM_GENERATION" --listen 127.0.0.1:0 2>"$OUT/upstream.log" &
 PIDS+=($!)
 UP=$(port_from_log "$OUT/upstream.log" 'on http://127\.0\.0\.1:[0-9]+')
 cat >"$OUT/gateway.toml" <<EOF

@@ -2,7 +2,9 @@
 # One-command benchmark of sessionless on loopback: throughput and latency of
 # tools/call `echo` direct to the built-in legacy server, through nginx (plain
 # reverse proxy) and through sessionless at concurrency 1, 8, 32; the same for
-# a legacy (2025 session) client relayed by the gateway's legacy cell; one MRTR
+# a legacy (2025 session) client relayed by the gateway's legacy cell; the
+# same for a 2026 client on a 2026 upstream (the built-in server with
+# --generation modern: direct, nginx, the gateway's pass-through); one MRTR
 # round trip beside `echo`; gateway memory per parked flow and per pooled
 # session; the criterion microbenchmarks. Prints a table and writes it, with
 # the raw JSON lines and the logs, to bench/out/<timestamp>/ (and
@@ -11,13 +13,16 @@
 #   bench/run.sh                       # everything, about 8-9 minutes after the build
 #   BENCH_REPS=5 BENCH_DURATION=10 bench/run.sh
 #   BENCH_ONLY=legacy bench/run.sh     # only the legacy relay cells (~3 min at 5 reps)
+#   BENCH_ONLY=modern,echo bench/run.sh   # the pass-through beside the translating path
 #
 # Knobs (environment): BENCH_REPS (5) repetitions of every load cell,
 # BENCH_DURATION (3) measured seconds per cell, BENCH_WARMUP (1),
 # BENCH_PARKED (10000) flows to park, BENCH_PRINCIPALS (1000) pooled sessions
 # to open, BENCH_LOADGEN_THREADS (1), BENCH_SKIP_BUILD=1, BENCH_SKIP_CRITERION=1,
 # BENCH_ONLY (all): a comma-separated list of the parts to run, out of echo
-# (stateless echo cells), legacy (legacy relay cells), mrtr, memory, criterion,
+# (stateless echo cells), legacy (legacy relay cells), modern (2026 upstream:
+# pass-through cells, interleaved with the echo cells when both run), mrtr,
+# memory, criterion,
 # CARGO_TARGET_DIR (default: target/). Needs: cargo, curl, nginx (installed
 # with apt-get when missing and running as root).
 set -euo pipefail
@@ -32,7 +37,7 @@ PRINCIPALS=${BENCH_PRINCIPALS:-1000}
 THREADS=${BENCH_LOADGEN_THREADS:-1}
 CONCURRENCY=(1 8 32)
 ONLY=${BENCH_ONLY:-}
-PARTS=(echo legacy mrtr memory criterion)
+PARTS=(echo legacy modern mrtr memory criterion)
 want() { [[ -z $ONLY || ",$ONLY," == *",$1,"* ]]; }
 for part in ${ONLY//,/ }; do
     [[ " ${PARTS[*]} " == *" $part "* ]] || { echo "BENCH_ONLY: unknown part '$part' (${PARTS[*]})" >&2; exit 2; }
@@ -129,6 +134,14 @@ start_upstream() {
     UPSTREAM_PORT=$(port_from_log "$OUT/upstream.log" 'on http://127\.0\.0\.1:[0-9]+')
 }
 
+# The built-in server speaking 2026-07-28 only (stateless), for the pass-through cells.
+start_modern_upstream() {
+    "$BIN" demo-upstream --generation modern --listen 127.0.0.1:0 2>"$OUT/upstream-modern.log" &
+    PIDS+=($!)
+    MODERN_UPSTREAM_PID=$!
+    MODERN_UPSTREAM_PORT=$(port_from_log "$OUT/upstream-modern.log" 'on http://127\.0\.0\.1:[0-9]+')
+}
+
 GATEWAY_CONF=$OUT/gateway.toml
 write_gateway_conf() {
     cat >"$GATEWAY_CONF" <<EOF
@@ -153,19 +166,36 @@ max_parked_flows_per_principal = $((PARKED + 10000))
 EOF
 }
 
-start_gateway() { # $1: log name
-    "$BIN" --config "$GATEWAY_CONF" 2>"$OUT/$1.log" &
+# The gateway in front of the 2026 upstream: generation auto (the default),
+# so it is probed; the run checks that /readyz says modern before measuring.
+write_modern_gateway_conf() {
+    cat >"$OUT/gateway-modern.toml" <<EOF
+[server]
+listen = "127.0.0.1:0"
+
+[[upstreams]]
+name = "demo-modern"
+url = "http://127.0.0.1:$MODERN_UPSTREAM_PORT/mcp"
+
+[[routes]]
+path = "/mcp"
+upstream = "demo-modern"
+EOF
+}
+
+start_gateway() { # $1: log name, [$2: config file]
+    "$BIN" --config "${2:-$GATEWAY_CONF}" 2>"$OUT/$1.log" &
     PIDS+=($!)
     GATEWAY_PID=$!
     GATEWAY_PORT=$(port_from_log "$OUT/$1.log" 'listening on http://127\.0\.0\.1:[0-9]+')
 }
 
-start_nginx() {
-    local dir=$OUT/nginx
+start_nginx() { # [$1: directory name, $2: upstream port]
+    local dir=$OUT/${1:-nginx}
     mkdir -p "$dir"
     NGINX_PORT=$("$LOADGEN" free-port)
     sed -e "s|@PREFIX@|$dir|g" -e "s|@LISTEN@|127.0.0.1:$NGINX_PORT|g" \
-        -e "s|@UPSTREAM@|127.0.0.1:$UPSTREAM_PORT|g" "$ROOT/bench/nginx.conf" >"$dir/nginx.conf"
+        -e "s|@UPSTREAM@|127.0.0.1:${2:-$UPSTREAM_PORT}|g" "$ROOT/bench/nginx.conf" >"$dir/nginx.conf"
     nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" 2>>"$dir/error.log" &
     PIDS+=($!)
     NGINX_PID=$!
@@ -188,7 +218,10 @@ cpu_ticks() { # user+system ticks of these processes (all their threads)
     done
     echo "$t"
 }
-nginx_pids() { echo "$NGINX_PID $(cat "/proc/$NGINX_PID/task/$NGINX_PID/children" 2>/dev/null)"; }
+nginx_pids() { # [$1: master pid]
+    local pid=${1:-$NGINX_PID}
+    echo "$pid $(cat "/proc/$pid/task/$pid/children" 2>/dev/null)"
+}
 metric() { # $1 port, $2 metric name prefix → first value
     # awk reads to the end: exiting early would make curl fail with a broken
     # pipe (exit 23) when the page is larger than the pipe, and pipefail + set -e
@@ -198,21 +231,23 @@ metric() { # $1 port, $2 metric name prefix → first value
 
 # Runs the load generator with a time bound; appends its JSON line to the
 # results, with the CPU time the proxy under test (PROXY_PIDS) and the upstream
-# spent per request (warm-up included on both sides of the division).
+# (LOAD_UPSTREAM_PID, default UPSTREAM_PID) spent per request (warm-up
+# included on both sides of the division).
 PROXY_PIDS=""
+LOAD_UPSTREAM_PID=""
 load() { # mode addr label rep concurrency [extra args…]
     local mode=$1 addr=$2 label=$3 rep=$4 c=$5
     shift 5
-    local line p0 u0 p1 u1 all
+    local line p0 u0 p1 u1 all up=${LOAD_UPSTREAM_PID:-$UPSTREAM_PID}
     p0=$(cpu_ticks $PROXY_PIDS)
-    u0=$(cpu_ticks "$UPSTREAM_PID")
+    u0=$(cpu_ticks "$up")
     line=$(timeout $((DURATION + WARMUP + 120)) "$LOADGEN" "$mode" --addr "$addr" -c "$c" \
         -d "$DURATION" --warmup "$WARMUP" --threads "$THREADS" --label "$label" --rep "$rep" "$@") || {
         log "loadgen $mode $label c=$c failed"
         line="{\"kind\":\"load\",\"label\":\"$label\",\"rep\":$rep,\"mode\":\"$mode\",\"concurrency\":$c,\"requests\":0,\"errors\":1,\"rps\":0,\"first_error\":\"loadgen failed\"}"
     }
     p1=$(cpu_ticks $PROXY_PIDS)
-    u1=$(cpu_ticks "$UPSTREAM_PID")
+    u1=$(cpu_ticks "$up")
     all=$(field "$line" all_requests)
     if [[ ${all:-0} -gt 0 ]]; then
         line="${line%\}},\"proxy_cpu_us\":$(((p1 - p0) * 1000000 / CLK_TCK / all)).$(((p1 - p0) * 10000000 / CLK_TCK / all % 10)),\"upstream_cpu_us\":$(((u1 - u0) * 1000000 / CLK_TCK / all)).$(((u1 - u0) * 10000000 / CLK_TCK / all % 10))}"
@@ -230,23 +265,85 @@ start_gateway gateway
 start_nginx
 log "upstream :$UPSTREAM_PORT, sessionless :$GATEWAY_PORT, nginx :$NGINX_PORT (workers: auto = $(nproc))"
 fi
+if want modern; then
+    # The 2026 upstream, its own gateway (probed: it must be found modern, so
+    # that the cells measure the pass-through) and its own nginx (same template).
+    start_modern_upstream
+    write_modern_gateway_conf
+    saved=("${GATEWAY_PID:-}" "${GATEWAY_PORT:-}" "${NGINX_PID:-}" "${NGINX_PORT:-}")
+    start_gateway gateway-modern "$OUT/gateway-modern.toml"
+    MODERN_GATEWAY_PID=$GATEWAY_PID MODERN_GATEWAY_PORT=$GATEWAY_PORT
+    start_nginx nginx-modern "$MODERN_UPSTREAM_PORT"
+    MODERN_NGINX_PID=$NGINX_PID MODERN_NGINX_PORT=$NGINX_PORT
+    GATEWAY_PID=${saved[0]} GATEWAY_PORT=${saved[1]} NGINX_PID=${saved[2]} NGINX_PORT=${saved[3]}
+    # One short run first (it waits for the probe if need be), then /readyz.
+    timeout 30 "$LOADGEN" modern --addr "127.0.0.1:$MODERN_GATEWAY_PORT" -c 1 -d 0.2 --warmup 0 >/dev/null
+    readyz=$(curl -s "http://127.0.0.1:$MODERN_GATEWAY_PORT/readyz")
+    if ! grep -q 'demo-modern: modern' <<<"$readyz"; then
+        echo "the gateway did not find the 2026 upstream modern: $readyz" >&2
+        exit 1
+    fi
+    log "modern upstream :$MODERN_UPSTREAM_PORT, sessionless (pass-through) :$MODERN_GATEWAY_PORT, nginx :$MODERN_NGINX_PORT"
+fi
 
-want echo && for rep in $(seq "$REPS"); do
-    for c in "${CONCURRENCY[@]}"; do
-        # Rotate the order so that no target always runs first or last.
-        order=(direct nginx sessionless)
-        shift_by=$(((rep - 1) % 3))
-        order=("${order[@]:$shift_by}" "${order[@]:0:$shift_by}")
-        for t in "${order[@]}"; do
-            case $t in
-            direct) PROXY_PIDS="" line=$(load legacy "127.0.0.1:$UPSTREAM_PORT" direct "$rep" "$c") ;;
-            nginx) PROXY_PIDS=$(nginx_pids) line=$(load legacy "127.0.0.1:$NGINX_PORT" nginx "$rep" "$c") ;;
-            sessionless) PROXY_PIDS=$GATEWAY_PID line=$(load modern "127.0.0.1:$GATEWAY_PORT" sessionless "$rep" "$c") ;;
-            esac
-            log "rep $rep c=$c $t: $(field "$line" rps) req/s, p50 $(field "$line" p50_us) µs, p99 $(field "$line" p99_us) µs, errors $(field "$line" errors), proxy CPU $(field "$line" proxy_cpu_us) µs/req"
+# The stateless echo cells (a 2026 client; the legacy upstream: the gateway
+# translates onto a pooled session; direct and nginx send the legacy request
+# on a session).
+echo_cells() { # rep c
+    local rep=$1 c=$2 t shift_by order=(direct nginx sessionless)
+    # Rotate the order so that no target always runs first or last.
+    shift_by=$(((rep - 1) % 3))
+    order=("${order[@]:$shift_by}" "${order[@]:0:$shift_by}")
+    for t in "${order[@]}"; do
+        case $t in
+        direct) PROXY_PIDS="" line=$(load legacy "127.0.0.1:$UPSTREAM_PORT" direct "$rep" "$c") ;;
+        nginx) PROXY_PIDS=$(nginx_pids) line=$(load legacy "127.0.0.1:$NGINX_PORT" nginx "$rep" "$c") ;;
+        sessionless) PROXY_PIDS=$GATEWAY_PID line=$(load modern "127.0.0.1:$GATEWAY_PORT" sessionless "$rep" "$c") ;;
+        esac
+        log "rep $rep c=$c $t: $(field "$line" rps) req/s, p50 $(field "$line" p50_us) µs, p99 $(field "$line" p99_us) µs, errors $(field "$line" errors), proxy CPU $(field "$line" proxy_cpu_us) µs/req"
+    done
+}
+
+# The pass-through cells: the same 2026 request (tools/call echo, `_meta`,
+# MCP headers) direct to the 2026 upstream, through nginx, and through the
+# gateway; every answer checked (200, a result with resultType complete).
+modern_cells() { # rep c
+    local rep=$1 c=$2 t addr shift_by order=(direct nginx sessionless)
+    shift_by=$(((rep - 1) % 3))
+    order=("${order[@]:$shift_by}" "${order[@]:0:$shift_by}")
+    LOAD_UPSTREAM_PID=$MODERN_UPSTREAM_PID
+    for t in "${order[@]}"; do
+        case $t in
+        direct) PROXY_PIDS="" addr=127.0.0.1:$MODERN_UPSTREAM_PORT ;;
+        nginx) PROXY_PIDS=$(nginx_pids "$MODERN_NGINX_PID") addr=127.0.0.1:$MODERN_NGINX_PORT ;;
+        sessionless) PROXY_PIDS=$MODERN_GATEWAY_PID addr=127.0.0.1:$MODERN_GATEWAY_PORT ;;
+        esac
+        line=$(load modern "$addr" "modern-$t" "$rep" "$c")
+        log "rep $rep c=$c modern $t: $(field "$line" rps) req/s, p50 $(field "$line" p50_us) µs, p99 $(field "$line" p99_us) µs, errors $(field "$line" errors), proxy CPU $(field "$line" proxy_cpu_us) µs/req"
+    done
+    LOAD_UPSTREAM_PID=""
+}
+
+# When both run, they share each repetition and concurrency (the same
+# minute); which group goes first alternates with the repetition.
+if want echo || want modern; then
+    for rep in $(seq "$REPS"); do
+        for c in "${CONCURRENCY[@]}"; do
+            if ((rep % 2 == 1)); then
+                if want echo; then echo_cells "$rep" "$c"; fi
+                if want modern; then modern_cells "$rep" "$c"; fi
+            else
+                if want modern; then modern_cells "$rep" "$c"; fi
+                if want echo; then echo_cells "$rep" "$c"; fi
+            fi
         done
     done
-done
+fi
+if want modern; then
+    stop "$MODERN_NGINX_PID"
+    stop "$MODERN_GATEWAY_PID"
+    stop "$MODERN_UPSTREAM_PID"
+fi
 
 # --- 1b. the legacy relay ----------------------------------------------------
 # A legacy (2025 session) client's tools/call echo: the load generator opens

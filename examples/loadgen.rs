@@ -7,6 +7,8 @@
 //! loadgen legacy     --addr HOST:PORT [-c N] [-d SECS] [--warmup SECS]   tools/call echo on a legacy session opened first
 //!                                                                       (direct, through nginx, or through the gateway's legacy relay)
 //! loadgen modern     --addr HOST:PORT [-c N] [-d SECS] [--warmup SECS]   stateless 2026-07-28 tools/call echo
+//!                                                                       (through the gateway, or direct / through nginx
+//!                                                                       to a 2026 upstream; resultType complete checked)
 //! loadgen mrtr       --addr HOST:PORT [-c N] [-d SECS] [--warmup SECS]   ask_user → input_required → retry; one sample = both
 //! loadgen park       --addr HOST:PORT --count N [-c N]                   N ask_user calls left parked (never retried)
 //! loadgen principals --addr HOST:PORT --count N [-c N] [--offset K]      N echo calls, each with its own bearer token
@@ -268,6 +270,15 @@ fn echo_ok(a: &Answer) -> Result<(), String> {
     Ok(())
 }
 
+/// The same for a 2026-07-28 answer, which must also say `resultType: complete`.
+fn modern_echo_ok(a: &Answer) -> Result<(), String> {
+    echo_ok(a)?;
+    if !contains(&a.body, b"\"resultType\":\"complete\"") {
+        return Err(format!("no resultType complete: {}", String::from_utf8_lossy(&a.body)));
+    }
+    Ok(())
+}
+
 /// Opens a legacy session: initialize, then notifications/initialized.
 async fn open_session(o: &Opts, capabilities: Value) -> Result<String, String> {
     let mut conn = Conn::new(o.addr);
@@ -317,7 +328,7 @@ async fn once(o: &Opts, conn: &mut Conn, n: u64) -> Result<Sample, String> {
         Mode::Modern | Mode::Principals => {
             let body = modern_body(n + 1, "echo", json!({"text": "hi"}), json!({}), None);
             let bearer = (o.mode == Mode::Principals).then(|| format!("tok-{}", o.offset + n));
-            echo_ok(&conn.send(modern_request(o, "echo", body, bearer)).await?)?;
+            modern_echo_ok(&conn.send(modern_request(o, "echo", body, bearer)).await?)?;
         }
         Mode::Mrtr | Mode::Park => {
             let caps = json!({"elicitation": {}});
@@ -655,6 +666,39 @@ mod report {
         out
     }
 
+    /// The gateway's two paths for the same 2026 request, side by side: the
+    /// pass-through (2026 upstream) and the translating path (legacy
+    /// upstream, one pooled session). Ratios per repetition, then the median.
+    fn pass_through_vs_translating(s: &mut String, lines: &[Value]) {
+        let _ = writeln!(s, "\n### The gateway's pass-through beside its translating path (same request)\n");
+        let _ = writeln!(
+            s,
+            "| concurrency | pass-through req/s | translating req/s | req/s ÷ | pass-through p50 µs | translating p50 µs | p50 ÷ | pass-through CPU µs/req | translating CPU µs/req | CPU ÷ | errors |"
+        );
+        let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for c in [1u64, 8, 32] {
+            let (p, t) = (by_rep(lines, "modern-sessionless", c), by_rep(lines, "sessionless", c));
+            let med = |m: &BTreeMap<u64, &Value>, k: &str| median(m.values().map(|l| num(l, k)).collect());
+            let ratio = |k: &str| {
+                median(p.iter().filter_map(|(rep, a)| t.get(rep).map(|b| num(a, k) / num(b, k))).collect())
+            };
+            let errors: u64 = p.values().chain(t.values()).filter_map(|l| l["errors"].as_u64()).sum();
+            let _ = writeln!(
+                s,
+                "| {c} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {errors} |",
+                f(med(&p, "rps"), 0),
+                f(med(&t, "rps"), 0),
+                f(ratio("rps"), 2),
+                f(med(&p, "p50_us"), 0),
+                f(med(&t, "p50_us"), 0),
+                f(ratio("p50_us"), 2),
+                f(med(&p, "proxy_cpu_us"), 1),
+                f(med(&t, "proxy_cpu_us"), 1),
+                f(ratio("proxy_cpu_us"), 2),
+            );
+        }
+    }
+
     fn render(lines: &[Value], crit: BTreeMap<String, f64>) -> String {
         let mut s = String::new();
         let reps = lines
@@ -665,22 +709,39 @@ mod report {
             .len();
         let has = |label: &str| lines.iter().any(|l| l["kind"] == "load" && l["label"] == label);
         let mut verdicts = Vec::new();
-        if has("sessionless") || has("nginx") || has("direct") {
-            for (c, r) in group(&mut s, lines, "", "tools/call echo", reps) {
+        let targets = |verdicts: &mut Vec<String>, what: &str, ratios: Vec<(u64, Ratios)>| {
+            for (c, r) in ratios {
                 if c == 32 {
                     verdicts.push(format!(
-                        "| throughput sessionless / nginx at c=32, no errors | ≥ 0.90 | {} ({} errors) | {} |",
+                        "| throughput sessionless / nginx at c=32, no errors{what} | ≥ 0.90 | {} ({} errors) | {} |",
                         f(r.tput, 2),
                         r.gateway_errors,
                         verdict(r.tput.map(|t| t >= 0.9 && r.gateway_errors == 0))
                     ));
                 }
                 verdicts.push(format!(
-                    "| added p50 over direct, sessionless / nginx, c={c} | ≤ 1.5 | {} | {} |",
+                    "| added p50 over direct, sessionless / nginx, c={c}{what} | ≤ 1.5 | {} | {} |",
                     f(r.added, 2),
                     verdict(r.added.map(|a| a <= 1.5))
                 ));
             }
+        };
+        if has("sessionless") || has("nginx") || has("direct") {
+            let ratios = group(&mut s, lines, "", "tools/call echo", reps);
+            targets(&mut verdicts, "", ratios);
+        }
+        // A 2026 client on a 2026 upstream (`demo-upstream --generation
+        // modern`): direct, through nginx, through the gateway's pass-through.
+        if has("modern-sessionless") || has("modern-nginx") || has("modern-direct") {
+            if !s.is_empty() {
+                s.push('\n');
+            }
+            let title = "2026 client, tools/call echo on a 2026 upstream (pass-through)";
+            let ratios = group(&mut s, lines, "modern-", title, reps);
+            targets(&mut verdicts, " (pass-through)", ratios);
+        }
+        if has("modern-sessionless") && has("sessionless") {
+            pass_through_vs_translating(&mut s, lines);
         }
         // The legacy relay (a 2025 session client through the gateway's
         // legacy cell): informative, no targets of its own.

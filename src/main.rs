@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use base64::Engine;
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 use rand::RngCore;
 use sessionless::config::{Config, DEFAULT_LISTEN};
 
@@ -40,11 +40,14 @@ enum Command {
         #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
         listen: SocketAddr,
     },
-    /// Runs only the built-in legacy MCP server (endpoint /mcp).
+    /// Runs only the built-in MCP server (endpoint /mcp): legacy by default.
     DemoUpstream {
         /// Address to listen on.
         #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9000")]
         listen: SocketAddr,
+        /// The protocol it speaks: legacy (2025 sessions) or modern (2026-07-28 only, stateless).
+        #[arg(long, value_enum, default_value_t = DemoGeneration::Legacy)]
+        generation: DemoGeneration,
     },
     /// Prints a fresh random sealing key (base64url, 32 bytes) for an env var or key file.
     GenKey,
@@ -57,6 +60,12 @@ enum Command {
         #[arg(long)]
         probe: bool,
     },
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum DemoGeneration {
+    Legacy,
+    Modern,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -86,7 +95,9 @@ fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Some(Command::DemoUpstream { listen }) => runtime.block_on(demo_upstream(listen)),
+        Some(Command::DemoUpstream { listen, generation }) => {
+            runtime.block_on(demo_upstream(listen, generation))
+        }
         Some(Command::Demo { listen }) => runtime.block_on(demo(listen)),
         None => {
             let config = match (&cli.upstream, &cli.config) {
@@ -123,11 +134,21 @@ async fn gateway(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn demo_upstream(listen: SocketAddr) -> anyhow::Result<()> {
+async fn demo_upstream(listen: SocketAddr, generation: DemoGeneration) -> anyhow::Result<()> {
     let listener =
         tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot bind {listen}"))?;
-    eprintln!("sessionless demo upstream (legacy MCP) on http://{}/mcp", listener.local_addr()?);
-    sessionless::demo::serve(listener, signal()).await?;
+    let addr = listener.local_addr()?;
+    match generation {
+        DemoGeneration::Legacy => {
+            eprintln!("sessionless demo upstream (legacy MCP) on http://{addr}/mcp");
+            sessionless::demo::serve(listener, signal()).await?;
+        }
+        DemoGeneration::Modern => {
+            eprintln!("sessionless demo upstream (MCP 2026-07-28, stateless) on http://{addr}/mcp");
+            let modern = sessionless::demo::Generation::Modern;
+            sessionless::demo::serve_generation(listener, signal(), modern).await?;
+        }
+    }
     Ok(())
 }
 

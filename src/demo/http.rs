@@ -20,7 +20,7 @@ use super::Server;
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
-const MAX_BODY: usize = 4 * 1024 * 1024;
+pub(super) const MAX_BODY: usize = 4 * 1024 * 1024;
 /// How often the standalone GET stream sends an SSE comment.
 pub(super) const KEEPALIVE: Duration = Duration::from_secs(15);
 
@@ -259,7 +259,7 @@ fn lookup(server: &Server, header: Option<&HeaderValue>) -> Result<Arc<Session>,
     server.store.get(id).ok_or(NoSession::Unknown)
 }
 
-fn unparsable(e: &serde_json::Error) -> Response<DemoBody> {
+pub(super) fn unparsable(e: &serde_json::Error) -> Response<DemoBody> {
     let code = match e.classify() {
         serde_json::error::Category::Data => rpc::INVALID_REQUEST,
         _ => rpc::PARSE_ERROR,
@@ -268,7 +268,7 @@ fn unparsable(e: &serde_json::Error) -> Response<DemoBody> {
     error(StatusCode::BAD_REQUEST, code, message)
 }
 
-fn json(status: StatusCode, bytes: Vec<u8>) -> Response<DemoBody> {
+pub(super) fn json(status: StatusCode, bytes: Vec<u8>) -> Response<DemoBody> {
     let mut resp = Response::new(Either::Left(Full::new(Bytes::from(bytes))));
     *resp.status_mut() = status;
     resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -279,7 +279,7 @@ fn error(status: StatusCode, code: i64, message: &'static str) -> Response<DemoB
     json(status, rpc::error_bytes(None, &RpcError::new(code, message)))
 }
 
-fn sse(body: rpc::SseBody) -> Response<DemoBody> {
+pub(super) fn sse(body: rpc::SseBody) -> Response<DemoBody> {
     let mut resp = Response::new(Either::Right(body));
     let headers = resp.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -287,14 +287,14 @@ fn sse(body: rpc::SseBody) -> Response<DemoBody> {
     resp
 }
 
-fn plain(status: StatusCode, text: &'static str) -> Response<DemoBody> {
+pub(super) fn plain(status: StatusCode, text: &'static str) -> Response<DemoBody> {
     let mut resp = Response::new(Either::Left(Full::new(Bytes::from_static(text.as_bytes()))));
     *resp.status_mut() = status;
     resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
     resp
 }
 
-fn empty(status: StatusCode) -> Response<DemoBody> {
+pub(super) fn empty(status: StatusCode) -> Response<DemoBody> {
     let mut resp = Response::new(Either::Left(Full::new(Bytes::new())));
     *resp.status_mut() = status;
     resp

@@ -148,17 +148,25 @@ impl Body for SseBody {
 }
 
 /// The producing end of an SSE stream. Event ids are `<stream>-<seq>`, unique
-/// within a session because each stream gets its own number.
+/// within a session because each stream gets its own number; a 2026-07-28
+/// stream has none (no resumability).
 pub(super) struct Sink {
     tx: mpsc::Sender<Bytes>,
     stream: u64,
     seq: u64,
+    ids: bool,
 }
 
 /// Opens a stream numbered `stream`; returns the producer and the body.
 pub(super) fn sse_channel(stream: u64) -> (Sink, SseBody) {
     let (tx, rx) = mpsc::channel(16);
-    (Sink { tx, stream, seq: 0 }, SseBody { rx })
+    (Sink { tx, stream, seq: 0, ids: true }, SseBody { rx })
+}
+
+/// Opens a stream whose events carry no `id:` (2026-07-28).
+pub(super) fn sse_channel_without_ids() -> (Sink, SseBody) {
+    let (tx, rx) = mpsc::channel(16);
+    (Sink { tx, stream: 0, seq: 0, ids: false }, SseBody { rx })
 }
 
 impl Sink {
@@ -166,7 +174,11 @@ impl Sink {
     pub(super) async fn event(&mut self, json: &[u8]) -> bool {
         self.seq += 1;
         let mut out = Vec::with_capacity(json.len() + 32);
-        out.extend_from_slice(format!("id: {}-{}\ndata: ", self.stream, self.seq).as_bytes());
+        if self.ids {
+            out.extend_from_slice(format!("id: {}-{}\ndata: ", self.stream, self.seq).as_bytes());
+        } else {
+            out.extend_from_slice(b"data: ");
+        }
         out.extend_from_slice(json);
         out.extend_from_slice(b"\n\n");
         self.tx.send(Bytes::from(out)).await.is_ok()

@@ -17,8 +17,8 @@ use super::session::{Session, INFO};
 
 /// How long `ask_user` waits for the client's answer.
 pub(super) const ANSWER_WAIT: Duration = Duration::from_secs(300);
-const MAX_STEPS: u64 = 1_000;
-const MAX_DELAY_MS: u64 = 60_000;
+pub(super) const MAX_STEPS: u64 = 1_000;
+pub(super) const MAX_DELAY_MS: u64 = 60_000;
 
 /// `tools/list` entries, in a fixed order.
 pub(super) fn definitions() -> Value {
@@ -65,12 +65,12 @@ fn is_false(b: &bool) -> bool {
 }
 
 impl<'t> ToolResult<'t> {
-    fn text(text: impl Into<Cow<'t, str>>) -> Self {
+    pub(super) fn text(text: impl Into<Cow<'t, str>>) -> Self {
         let content = [TextContent { kind: "text", text: text.into() }];
         Self { content, structured: None, is_error: false }
     }
 
-    fn error(text: impl Into<Cow<'t, str>>) -> Self {
+    pub(super) fn error(text: impl Into<Cow<'t, str>>) -> Self {
         Self { is_error: true, ..Self::text(text) }
     }
 }
@@ -108,7 +108,7 @@ struct CallMeta {
     progress_token: Option<Value>,
 }
 
-fn args<T: DeserializeOwned>(raw: Option<&RawValue>) -> Result<T, RpcError> {
+pub(super) fn args<T: DeserializeOwned>(raw: Option<&RawValue>) -> Result<T, RpcError> {
     serde_json::from_str(raw.map_or("{}", RawValue::get))
         .map_err(|e| RpcError::invalid_params(format!("invalid arguments: {e}")))
 }
@@ -155,7 +155,7 @@ pub(super) fn call<'m>(session: &Session, msg: &'m Message<'_>) -> Result<Outcom
     Ok(Outcome::Done(done))
 }
 
-fn echo(arguments: Option<&RawValue>) -> Result<ToolResult<'_>, RpcError> {
+pub(super) fn echo(arguments: Option<&RawValue>) -> Result<ToolResult<'_>, RpcError> {
     #[derive(Deserialize)]
     struct A<'a> {
         #[serde(borrow)]
@@ -167,7 +167,7 @@ fn echo(arguments: Option<&RawValue>) -> Result<ToolResult<'_>, RpcError> {
     Ok(ToolResult::text(a.text))
 }
 
-fn add(arguments: Option<&RawValue>) -> Result<ToolResult<'static>, RpcError> {
+pub(super) fn add(arguments: Option<&RawValue>) -> Result<ToolResult<'static>, RpcError> {
     #[derive(Deserialize)]
     struct A {
         a: i64,
