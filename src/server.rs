@@ -187,32 +187,7 @@ impl Gateway {
             return self.reject_as(client, &target, None, &e, started);
         }
         if legacy_verb {
-            let caller = Caller {
-                principal: crate::guard::principal(&parts.headers),
-                headers: parts.headers,
-                body: Bytes::new(),
-                forwarded: false,
-            };
-            let upstream = match target.detected.generation(&target.upstream).await {
-                Ok(upstream) => upstream,
-                Err(e) => return self.reject_as(Generation::Legacy, &target, None, &e, started),
-            };
-            // A concurrency permit like any request, for as long as the answer lives.
-            let Ok(permit) = self.limit.clone().try_acquire_owned() else {
-                return self.reject_as(Generation::Legacy, &target, None, &Error::Overloaded, started);
-            };
-            return match Cell::of(Generation::Legacy, upstream) {
-                Cell::LegacyLegacy => {
-                    let permit = Box::new(permit);
-                    self.legacy_legacy
-                        .session_verb(&target, upstream, &parts.method, caller, permit, started)
-                        .await
-                }
-                // No session verbs on the modern cells: what a 2026 endpoint says.
-                Cell::ModernLegacy | Cell::ModernModern => {
-                    self.reject_as(Generation::Legacy, &target, None, &Error::MethodNotAllowed, started)
-                }
-            };
+            return self.session_verb(&target, parts, started).await;
         }
         // Taken before the body is read: a body in memory holds a permit
         // and its share of the body budget, each for at most the body timeout.
@@ -251,6 +226,41 @@ impl Gateway {
                 // answer ends (the body itself is dropped then too).
                 let Admission { _call: permit, _body: share } = admission;
                 self.legacy_legacy.post(&target, upstream, caller, Box::new(permit), share, started).await
+            }
+        }
+    }
+
+    /// GET or DELETE of a legacy session: its stream, or its end.
+    async fn session_verb(
+        &self,
+        target: &Target,
+        parts: http::request::Parts,
+        started: Instant,
+    ) -> Response<Body> {
+        let caller = Caller {
+            principal: crate::guard::principal(&parts.headers),
+            headers: parts.headers,
+            body: Bytes::new(),
+            forwarded: false,
+        };
+        let upstream = match target.detected.generation(&target.upstream).await {
+            Ok(upstream) => upstream,
+            Err(e) => return self.reject_as(Generation::Legacy, target, None, &e, started),
+        };
+        // A concurrency permit like any request, for as long as the answer lives.
+        let Ok(permit) = self.limit.clone().try_acquire_owned() else {
+            return self.reject_as(Generation::Legacy, target, None, &Error::Overloaded, started);
+        };
+        match Cell::of(Generation::Legacy, upstream) {
+            Cell::LegacyLegacy => {
+                let permit = Box::new(permit);
+                self.legacy_legacy
+                    .session_verb(target, upstream, &parts.method, caller, permit, started)
+                    .await
+            }
+            // No session verbs on the modern cells: what a 2026 endpoint says.
+            Cell::ModernLegacy | Cell::ModernModern => {
+                self.reject_as(Generation::Legacy, target, None, &Error::MethodNotAllowed, started)
             }
         }
     }
