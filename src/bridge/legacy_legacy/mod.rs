@@ -205,12 +205,10 @@ impl Bridge {
                 let done = if peek.initialize {
                     // A session id on initialize must still be one of ours
                     // (404 otherwise, as on every method); a new session opens.
-                    match caller.headers.contains_key(&SESSION_ID) {
-                        true => match self.session(target, &caller) {
-                            Ok(_) => self.initialize(target, &caller, hold).await,
-                            Err(e) => Err(e),
-                        },
-                        false => self.initialize(target, &caller, hold).await,
+                    let stale = caller.headers.contains_key(&SESSION_ID);
+                    match if stale { self.session(target, &caller).map(drop) } else { Ok(()) } {
+                        Ok(()) => self.initialize(target, &caller, hold).await,
+                        Err(e) => Err(e),
                     }
                 } else {
                     self.relay_post(target, &caller, &peek, hold, body_share).await
