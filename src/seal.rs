@@ -43,6 +43,11 @@ impl SealError {
     }
 }
 
+/// Unix time in seconds: the clock sealed expiries are written in.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
 pub struct Sealer {
     /// Newest first.
     keys: Vec<SealKey>,

@@ -211,6 +211,20 @@ pub fn encode(event: &Sse) -> Option<Bytes> {
     Some(out.freeze())
 }
 
+/// A complete answer to relay: JSON, or SSE text already encoded; `session`
+/// is the gateway's session id for a legacy client.
+pub fn answer(status: StatusCode, body: Bytes, sse: bool, session: Option<HeaderValue>) -> Response<Body> {
+    let mut resp = Response::new(crate::reply::full(body));
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    let ct = if sse { "text/event-stream" } else { "application/json" };
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+    if let Some(session) = session {
+        h.insert(crate::front::headers::SESSION_ID, session);
+    }
+    resp
+}
+
 /// Whether `bytes` is one JSON object or array (a JSON-RPC message or batch),
 /// checked without building it.
 pub fn is_json_message(bytes: &[u8]) -> bool {

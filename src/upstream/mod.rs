@@ -9,5 +9,6 @@ pub mod probe;
 pub mod transport;
 
 pub use transport::{
-    map_post_error, EventStream, PostError, Reply, SessionWire, StreamEnd, Streams, Transport,
+    map_post_error, sse_data, EventStream, PostError, Reply, SessionWire, StreamEnd, Streams, Transport,
+    ACCEPT_BOTH,
 };

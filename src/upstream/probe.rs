@@ -44,7 +44,7 @@ pub async fn probe(upstream: &Transport) -> Result<Found, PostError> {
     };
     let status = resp.status;
     let minted = resp.header("mcp-session-id").map(str::to_string);
-    let sse = resp.header("content-type").is_some_and(|c| c.starts_with("text/event-stream"));
+    let sse = resp.is_sse();
     let text = upstream.read_body(resp.body).await;
     if let Some(id) = minted {
         // A legacy server answered the probe with a fresh session (some do,
@@ -64,16 +64,8 @@ fn message(body: &[u8], sse: bool) -> Value {
     if !sse {
         return serde_json::from_slice(body).unwrap_or(Value::Null);
     }
-    let text = String::from_utf8_lossy(body).replace("\r\n", "\n");
-    text.split("\n\n")
-        .filter_map(|event| {
-            let data: Vec<&str> = event
-                .lines()
-                .filter_map(|l| l.strip_prefix("data:"))
-                .map(|d| d.strip_prefix(' ').unwrap_or(d))
-                .collect();
-            serde_json::from_str::<Value>(&data.join("\n")).ok()
-        })
+    super::transport::sse_data(&String::from_utf8_lossy(body))
+        .filter_map(|data| serde_json::from_str::<Value>(&data).ok())
         .find(|m| m.get("result").is_some() || m.get("error").is_some())
         .unwrap_or(Value::Null)
 }

@@ -20,7 +20,8 @@ use crate::config::Upstream;
 use crate::error::Error;
 use crate::metrics::{Metrics, UpstreamLabels};
 
-const ACCEPT_BOTH: &str = "application/json, text/event-stream";
+/// The `Accept` of a request whose answer may be JSON or SSE.
+pub const ACCEPT_BOTH: &str = "application/json, text/event-stream";
 
 /// How a POST went wrong, in the terms the caller decides on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -190,10 +191,10 @@ impl Transport {
             return Err(PostError::SessionGone);
         }
         let success = (200..300).contains(&status);
-        if success && content_type(&resp).starts_with("text/event-stream") {
+        if success && resp.is_sse() {
             return Ok(Reply::Stream(Box::new(EventStream::new(self.clone(), session.clone(), resp.body))));
         }
-        if !content_type(&resp).starts_with("application/json") {
+        if !resp.is_json() {
             return Err(if success { PostError::Invalid("content type") } else { PostError::Status(status) });
         }
         let body = self.read_body(resp.body).await?;
@@ -237,9 +238,7 @@ impl Transport {
             None => self.send("GET", session, &[accept], b"").await?,
         };
         match resp.status {
-            200..=299 if content_type(&resp).starts_with("text/event-stream") => {
-                Ok(EventStream::new(self.clone(), session.clone(), resp.body))
-            }
+            200..=299 if resp.is_sse() => Ok(EventStream::new(self.clone(), session.clone(), resp.body)),
             404 => Err(PostError::SessionGone),
             200..=299 => Err(PostError::Invalid("content type")),
             s => Err(PostError::Status(s)),
@@ -291,8 +290,17 @@ pub fn result_message(id: u64, result: &RawValue) -> Value {
     serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result})
 }
 
-fn content_type(resp: &h1::Response) -> &str {
-    resp.header("content-type").unwrap_or("")
+/// The data of each event of a complete SSE text, joined across its
+/// `data:` lines; events without data are left out.
+pub fn sse_data(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split("\n\n").flat_map(|e| e.split("\r\n\r\n")).filter_map(|event| {
+        let lines: Vec<&str> = event
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(|d| d.strip_prefix(' ').unwrap_or(d))
+            .collect();
+        (!lines.is_empty()).then(|| lines.join("\n"))
+    })
 }
 
 fn status_class(s: u16) -> &'static str {
@@ -433,5 +441,17 @@ impl Streams {
                 },
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sse_data;
+
+    #[test]
+    fn sse_data_joins_lines_and_skips_events_without_data() {
+        let text = "id: 1\ndata: \n\nevent: message\ndata:{\"a\":\ndata: 1}\n\n: comment\n\nid: 2\r\ndata: x\r\n\r\n";
+        let got: Vec<String> = sse_data(text).collect();
+        assert_eq!(got, vec!["".to_string(), "{\"a\":\n1}".into(), "x".into()]);
     }
 }

@@ -35,10 +35,9 @@ use crate::front::headers::{LAST_EVENT_ID, PROTOCOL_VERSION, SESSION_ID};
 use crate::front::SUPPORTED_VERSIONS;
 use crate::metrics::{OpenedLabels, ReasonLabels};
 use crate::reply::{self, Body};
-use crate::upstream::{h1, PostError, SessionWire};
+use crate::upstream::{h1, PostError, SessionWire, ACCEPT_BOTH};
 use token::{Claims, Rejected};
 
-const ACCEPT_BOTH: &str = "application/json, text/event-stream";
 /// The longest upstream session id sealed into a token (a token must stay
 /// under the length [`token::open`] accepts).
 const MAX_UPSTREAM_SESSION_ID: usize = 256;
@@ -299,7 +298,7 @@ impl Bridge {
             None => self.send(target, "GET", &wire, &[("accept", "text/event-stream")], b"").await?,
         };
         match resp.status {
-            200..=299 if is_sse(&resp) => {
+            200..=299 if resp.is_sse() => {
                 // A draining replica ends its GET streams: the client
                 // reconnects, through the balancer, to another replica.
                 let mut relay = Relay::new(
@@ -386,10 +385,10 @@ impl Bridge {
             if !sse && !relay::is_json_message(&body) {
                 return Err(Error::UpstreamInvalid("not a JSON-RPC message"));
             }
-            return Ok(raw_answer(StatusCode::OK, body, sse, None));
+            return Ok(relay::answer(StatusCode::OK, body, sse, None));
         };
         let upstream_session = minted;
-        let now = token::now();
+        let now = crate::seal::unix_now();
         let claims = Claims {
             r: target.route.path.clone(),
             i: target.instance.clone(),
@@ -410,14 +409,14 @@ impl Bridge {
             })
             .inc();
         drop(hold);
-        Ok(raw_answer(StatusCode::OK, body, sse, Some(token)))
+        Ok(relay::answer(StatusCode::OK, body, sse, Some(token)))
     }
 
     /// Reads an initialize answer: the JSON body, or the SSE events up to the
     /// first response. Returns the bytes to relay and whether they are SSE.
     async fn read_initialize(&self, target: &Target, resp: h1::Response) -> Result<(Bytes, bool), Error> {
-        if !is_sse(&resp) {
-            if !is_json(&resp) {
+        if !resp.is_sse() {
+            if !resp.is_json() {
                 return Err(Error::UpstreamInvalid("content type"));
             }
             let body = target.upstream.read_body(resp.body).await.map_err(|e| map_error(e, true))?;
@@ -468,7 +467,7 @@ impl Bridge {
         match resp.status {
             202 => Ok(reply::empty(StatusCode::ACCEPTED)),
             404 if claims.u.is_some() => Err(self.gone(target)),
-            200..=299 if is_sse(&resp) => {
+            200..=299 if resp.is_sse() => {
                 let mut relay = Relay::new(
                     resp.body,
                     target.upstream.max_response(),
@@ -518,10 +517,10 @@ impl Bridge {
     async fn json_answer(&self, target: &Target, resp: h1::Response) -> Result<Response<Body>, Error> {
         let status = StatusCode::from_u16(resp.status).unwrap_or(StatusCode::BAD_GATEWAY);
         let success = status.is_success();
-        let json = is_json(&resp);
+        let json = resp.is_json();
         let body = target.upstream.read_body(resp.body).await.map_err(|e| map_error(e, true))?;
         if json && relay::is_json_message(&body) {
-            return Ok(raw_answer(status, body, false, None));
+            return Ok(relay::answer(status, body, false, None));
         }
         Err(if success {
             Error::UpstreamInvalid("content type")
@@ -543,7 +542,7 @@ impl Bridge {
             &target.route.path,
             &target.instance,
             &caller.principal,
-            token::now(),
+            crate::seal::unix_now(),
         )
         .map_err(|why| self.reject(target, why))
     }
@@ -593,14 +592,6 @@ fn is_response(data: &[u8]) -> bool {
     serde_json::from_slice::<Msg>(data).is_ok_and(|m| m.id.is_some() && m.method.is_none())
 }
 
-fn is_sse(resp: &h1::Response) -> bool {
-    resp.header("content-type").is_some_and(|c| c.starts_with("text/event-stream"))
-}
-
-fn is_json(resp: &h1::Response) -> bool {
-    resp.header("content-type").is_some_and(|c| c.starts_with("application/json"))
-}
-
 /// The negotiated version of an `InitializeResult` message (JSON, or the
 /// events relayed as SSE text), or `None` when it is not a result.
 fn initialize_result(body: &[u8], sse: bool) -> Option<Option<String>> {
@@ -618,25 +609,7 @@ fn initialize_result(body: &[u8], sse: bool) -> Option<Option<String>> {
     if !sse {
         return parse(body);
     }
-    let text = std::str::from_utf8(body).ok()?;
-    text.split("\n\n").find_map(|event| {
-        let data: Vec<&str> = event.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
-        parse(data.join("\n").as_bytes())
-    })
-}
-
-/// A complete answer: JSON, or SSE text already encoded; `session` is the
-/// gateway's token for the client.
-fn raw_answer(status: StatusCode, body: Bytes, sse: bool, session: Option<HeaderValue>) -> Response<Body> {
-    let mut resp = Response::new(reply::full(body));
-    *resp.status_mut() = status;
-    let h = resp.headers_mut();
-    let ct = if sse { "text/event-stream" } else { "application/json" };
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
-    if let Some(session) = session {
-        h.insert(SESSION_ID, session);
-    }
-    resp
+    crate::upstream::sse_data(std::str::from_utf8(body).ok()?).find_map(|data| parse(data.as_bytes()))
 }
 
 #[cfg(test)]

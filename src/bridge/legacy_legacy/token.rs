@@ -89,10 +89,6 @@ pub fn open(
     Ok(claims)
 }
 
-pub fn now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

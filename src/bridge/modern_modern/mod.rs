@@ -27,10 +27,8 @@ use crate::front::{Call, SUPPORTED_VERSIONS};
 use crate::metrics::ReasonLabels;
 use crate::reply::{self, Body};
 use crate::seal::Sealer;
-use crate::upstream::{h1, PostError};
+use crate::upstream::{h1, PostError, ACCEPT_BOTH};
 use envelope::{Expect, Rejected};
-
-const ACCEPT_BOTH: &str = "application/json, text/event-stream";
 
 pub struct Bridge {
     services: Arc<Services>,
@@ -54,7 +52,7 @@ impl Binding {
             method: self.method,
             name: self.name.as_deref(),
             instance: &self.instance,
-            now: crate::bridge::legacy_legacy::token::now(),
+            now: crate::seal::unix_now(),
         }
     }
 
@@ -194,7 +192,7 @@ impl Bridge {
             other => other,
         }
         .map_err(|e| crate::upstream::map_post_error(e, true))?;
-        let sse = resp.header("content-type").is_some_and(|c| c.starts_with("text/event-stream"));
+        let sse = resp.is_sse();
         if sse && (200..300).contains(&resp.status) {
             let stop = if listen { &self.services.draining } else { &self.services.shutdown };
             let mut relay = Relay::new(
@@ -223,7 +221,7 @@ impl Bridge {
         binding: &Binding,
     ) -> Result<Response<Body>, Error> {
         let status = StatusCode::from_u16(resp.status).unwrap_or(StatusCode::BAD_GATEWAY);
-        let json = resp.header("content-type").is_some_and(|c| c.starts_with("application/json"));
+        let json = resp.is_json();
         let retry_after = resp.header("retry-after").and_then(|v| HeaderValue::from_str(v).ok());
         // The upstream's own authentication is not the client's business:
         // its challenge would send the client to authorize at the gateway.
@@ -245,9 +243,7 @@ impl Bridge {
             Some(sealed) => Bytes::from(sealed),
             None => body,
         };
-        let mut out = Response::new(reply::full(body));
-        *out.status_mut() = status;
-        out.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let mut out = relay::answer(status, body, false, None);
         if let Some(retry_after) = retry_after {
             out.headers_mut().insert(header::RETRY_AFTER, retry_after);
         }

@@ -27,6 +27,16 @@ pub struct Response {
 }
 
 impl Response {
+    /// Whether the answer is an SSE stream (by its `Content-Type`).
+    pub fn is_sse(&self) -> bool {
+        self.header("content-type").is_some_and(|c| c.starts_with("text/event-stream"))
+    }
+
+    /// Whether the answer is JSON (by its `Content-Type`).
+    pub fn is_json(&self) -> bool {
+        self.header("content-type").is_some_and(|c| c.starts_with("application/json"))
+    }
+
     /// The first value of a header, if it is valid UTF-8.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
