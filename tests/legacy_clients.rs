@@ -71,6 +71,12 @@ impl<'g> Legacy<'g> {
         session
     }
 
+    /// POSTs `body` on `session` and reads the answer event by event.
+    async fn stream(&self, session: &str, body: String) -> Events {
+        let req = self.request(http::Method::POST, Some(session)).body(Full::new(Bytes::from(body))).unwrap();
+        Events::of(support::client::send(&support::client::http_client(), req).await)
+    }
+
     async fn call(&self, session: &str, id: Value, tool: &str) -> Reply {
         let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
             "params": {"name": tool, "arguments": {}}});
@@ -173,11 +179,7 @@ async fn sse_answers_are_relayed_event_by_event_and_server_requests_answered_by_
     let session = client.open().await;
     let body = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
         "params": {"name": "ask", "arguments": {}, "_meta": {"progressToken": "p"}}});
-    let req = client
-        .request(http::Method::POST, Some(&session))
-        .body(Full::new(Bytes::from(body.to_string())))
-        .unwrap();
-    let mut events = Events::of(support::client::send(&support::client::http_client(), req).await);
+    let mut events = client.stream(&session, body.to_string()).await;
     assert_eq!(events.status, 200);
 
     let progress = events.next().await.unwrap();
@@ -414,11 +416,7 @@ async fn a_draining_replica_finishes_relaying_a_streamed_post() {
     let session = client.open().await;
     let body = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
         "params": {"name": "slow", "arguments": {}, "_meta": {"progressToken": "p"}}});
-    let req = client
-        .request(http::Method::POST, Some(&session))
-        .body(Full::new(Bytes::from(body.to_string())))
-        .unwrap();
-    let mut events = Events::of(support::client::send(&support::client::http_client(), req).await);
+    let mut events = client.stream(&session, body.to_string()).await;
     assert_eq!(events.next().await.unwrap()["method"], "notifications/progress");
 
     gw.begin_shutdown();
@@ -449,9 +447,7 @@ async fn a_streamed_post_gives_its_body_budget_back_once_sent() {
             "params": {"name": "slow", "arguments": {"pad": "p".repeat(15_000)}, "_meta": {"progressToken": "p"}}})
         .to_string()
     };
-    let req =
-        client.request(http::Method::POST, Some(&session)).body(Full::new(Bytes::from(big(1)))).unwrap();
-    let mut first = Events::of(support::client::send(&support::client::http_client(), req).await);
+    let mut first = client.stream(&session, big(1)).await;
     assert_eq!(first.next().await.unwrap()["method"], "notifications/progress");
 
     // While the first answer streams, a second body of the same size fits.

@@ -112,6 +112,16 @@ async fn modern(url: &str, id: Value, method: &str, mut params: Value, extra: &[
     send(url, Method::POST, &headers, body).await
 }
 
+/// `ask_user`'s params for a client that declared elicitation, with `extra` members.
+fn ask(extra: Value) -> Value {
+    let mut params = json!({"name": "ask_user", "arguments": {"question": "colour?"},
+        "_meta": meta(json!({"elicitation": {}}))});
+    if let Value::Object(m) = extra {
+        params.as_object_mut().unwrap().extend(m);
+    }
+    params
+}
+
 fn assert_error(a: &Answer, status: u16, code: i64) {
     assert_eq!(a.status.as_u16(), status, "{}", a.raw);
     assert_eq!(a.msg["error"]["code"], code, "{}", a.raw);
@@ -238,15 +248,6 @@ async fn refuses_what_a_2026_only_server_refuses() {
 async fn ask_user_is_a_multi_round_trip_request() {
     let demo = start().await;
     let url = &demo.url;
-    let caps = json!({"elicitation": {}});
-    let ask = |extra: Value| {
-        let mut params =
-            json!({"name": "ask_user", "arguments": {"question": "colour?"}, "_meta": meta(caps.clone())});
-        if let Value::Object(m) = extra {
-            params.as_object_mut().unwrap().extend(m);
-        }
-        params
-    };
 
     let first = modern(url, json!(1), "tools/call", ask(json!({})), &[]).await;
     let r = &first.msg["result"];
@@ -342,15 +343,6 @@ async fn the_gateway_passes_modern_clients_through() {
         String::from_utf8(metrics.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
     assert!(metrics.contains(r#"generation="modern",upstream="modern""#), "{metrics}");
 
-    let caps = json!({"elicitation": {}});
-    let ask = |extra: Value| {
-        let mut params =
-            json!({"name": "ask_user", "arguments": {"question": "colour?"}, "_meta": meta(caps.clone())});
-        if let Value::Object(m) = extra {
-            params.as_object_mut().unwrap().extend(m);
-        }
-        params
-    };
     let first =
         modern(&url, json!(1), "tools/call", ask(json!({})), &[("authorization", "Bearer alice")]).await;
     assert_eq!(first.msg["result"]["resultType"], "input_required", "{}", first.raw);
