@@ -79,11 +79,12 @@ pub async fn probe_upstreams(config: &Config) -> Vec<(String, String, String, St
     let targets = bridge::Targets::new(config, &metrics);
     let mut out = Vec::new();
     for t in targets.all() {
-        let found = match t.detected.generation(&t.upstream).await {
+        let found = match t.generation().await {
             Ok(_) | Err(error::Error::UpstreamRefused) => t.detected.describe(),
             Err(e) => format!("unreachable ({})", e.reason()),
         };
-        out.push((t.route.path.clone(), t.route.upstream.name.clone(), t.instance.clone(), found));
+        let urls: Vec<&str> = t.instances().iter().map(|i| i.instance()).collect();
+        out.push((t.route.path.clone(), t.route.upstream.name.clone(), urls.join(" "), found));
     }
     out
 }
@@ -109,12 +110,13 @@ pub async fn run(config: Config) -> std::io::Result<Running> {
     for target in gateway.targets().all() {
         if target.detected.known().is_none() {
             let target = target.clone();
-            tokio::spawn(async move { target.detected.generation(&target.upstream).await });
+            tokio::spawn(async move { target.generation().await });
         }
     }
     let mut tasks = vec![
         tokio::spawn(gateway.modern_legacy().pool().clone().run_reaper(stop.clone())),
         tokio::spawn(gateway.modern_legacy().clone().run_flow_reaper(stop.clone())),
+        tokio::spawn(gateway.targets().clone().watch(stop.clone())),
         tokio::spawn(server::serve(gateway.clone(), listener, stop.clone(), server::Listener::Public, None)),
     ];
     if let Some(internal) = internal {

@@ -117,8 +117,10 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn gateway(config: Config) -> anyhow::Result<()> {
-    let routes: Vec<String> =
-        config.routes.iter().map(|r| format!("{} -> {}", r.path, r.upstream.url)).collect();
+    let urls = |r: &sessionless::config::Route| {
+        r.upstream.urls.iter().map(ToString::to_string).collect::<Vec<_>>().join(" ")
+    };
+    let routes: Vec<String> = config.routes.iter().map(|r| format!("{} -> {}", r.path, urls(r))).collect();
     let running = sessionless::run(config).await.context("cannot start the gateway")?;
     eprintln!("sessionless listening on http://{} ({})", running.addr, routes.join(", "));
     if let Some(internal) = running.internal_addr {

@@ -38,7 +38,17 @@ pub struct RouteLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct UpstreamLabels {
     pub route: String,
+    /// The upstream instance (its URL).
+    pub instance: String,
     pub status: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InstanceLabels {
+    pub route: String,
+    pub upstream: String,
+    /// The upstream instance (its URL).
+    pub instance: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -112,6 +122,7 @@ pub struct Metrics {
     pub legacy_sessions_opened: Family<OpenedLabels, Counter>,
     pub session_tokens_rejected: Family<ReasonLabels, Counter>,
     pub upstream_generation: Family<GenerationLabels, Gauge>,
+    pub upstream_instance_up: Family<InstanceLabels, Gauge>,
 }
 
 fn duration_histogram() -> Histogram {
@@ -144,6 +155,7 @@ impl Metrics {
             legacy_sessions_opened: Family::default(),
             session_tokens_rejected: Family::default(),
             upstream_generation: Family::default(),
+            upstream_instance_up: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("sessionless");
         r.register("requests", "Client requests by generation and outcome", m.requests.clone());
@@ -224,6 +236,11 @@ impl Metrics {
             "upstream_generation",
             "1 for what each upstream was found (or configured) to speak: unknown, legacy, modern, refused",
             m.upstream_generation.clone(),
+        );
+        r.register(
+            "upstream_instance_up",
+            "1 while an upstream instance takes new work, 0 from a failed connection until a probe finds it answering",
+            m.upstream_instance_up.clone(),
         );
         m
     }

@@ -32,7 +32,7 @@ use crate::reply::{self, Body, Reply};
 pub struct Gateway {
     config: Arc<Config>,
     /// The routes with their upstream handles.
-    targets: Targets,
+    targets: Arc<Targets>,
     services: Arc<Services>,
     /// The cells (DESIGN §9).
     modern_legacy: Arc<modern_legacy::Bridge>,
@@ -55,7 +55,7 @@ impl Gateway {
         let mut registry = Registry::default();
         let metrics = Metrics::register(&mut registry);
         let services = Arc::new(Services::new(&config, metrics.clone(), shutdown));
-        let targets = Targets::new(&config, &metrics);
+        let targets = Arc::new(Targets::new(&config, &metrics));
         let gate = config.cluster.as_ref().map(|c| cluster::Gate::new(c, metrics.internal_refused.clone()));
         Gateway {
             gate,
@@ -121,12 +121,18 @@ impl Gateway {
         for t in self.targets.all() {
             let (path, name) = (&t.route.path, &t.route.upstream.name);
             lines.push_str(&format!("{path} {name}: {}\n", t.detected.describe()));
+            if t.instances().len() > 1 {
+                for i in t.instances() {
+                    let state = if i.health().is_up() { "up" } else { "down" };
+                    lines.push_str(&format!("  {} {state}\n", i.instance()));
+                }
+            }
         }
         reply::text(StatusCode::OK, "text/plain", lines)
     }
 
     /// The routes and their upstreams.
-    pub fn targets(&self) -> &Targets {
+    pub fn targets(&self) -> &Arc<Targets> {
         &self.targets
     }
 
@@ -209,7 +215,7 @@ impl Gateway {
             body,
             forwarded: false,
         };
-        let upstream = match target.detected.generation(&target.upstream).await {
+        let upstream = match target.generation().await {
             Ok(upstream) => upstream,
             Err(e) => {
                 let id = front::request_id(&caller.body);
@@ -243,7 +249,7 @@ impl Gateway {
             body: Bytes::new(),
             forwarded: false,
         };
-        let upstream = match target.detected.generation(&target.upstream).await {
+        let upstream = match target.generation().await {
             Ok(upstream) => upstream,
             Err(e) => return self.reject_as(Generation::Legacy, target, None, &e, started),
         };

@@ -16,6 +16,9 @@ pub enum Rejected {
     StaleRound,
     /// The owner replica is gone and the upstream stream cannot be resumed.
     FlowLost,
+    /// The upstream instance holding the call cannot be reached, or this
+    /// route no longer has it.
+    InstanceGone,
 }
 
 impl Rejected {
@@ -28,6 +31,7 @@ impl Rejected {
             Rejected::FlowGone => "flow_finished",
             Rejected::StaleRound => "stale_round",
             Rejected::FlowLost => "flow_lost",
+            Rejected::InstanceGone => "instance_unreachable",
         }
     }
 
@@ -43,6 +47,9 @@ impl Rejected {
             Rejected::StaleRound => "requestState is from an earlier round of this call",
             Rejected::FlowLost => {
                 "the gateway replica holding this call is gone and the upstream call cannot be resumed; start the call again"
+            }
+            Rejected::InstanceGone => {
+                "the upstream instance holding this call cannot be reached; start the call again"
             }
         };
         Error::InvalidParams { message: message.into(), data: Some(json!({"reason": self.reason()})) }

@@ -2,7 +2,7 @@
 //! upstream was found to speak. Built once; a lookup on the request path
 //! either finds a target or answers 404, it cannot miss in between.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -13,17 +13,71 @@ use crate::metrics::{GenerationLabels, Metrics};
 use crate::upstream::probe::{self, Found};
 use crate::upstream::Transport;
 
-/// A resolved route: its configuration and the handle of its upstream.
+/// A resolved route: its configuration and the handles of its upstream's instances.
 pub struct Target {
     pub route: Arc<Route>,
-    pub upstream: Transport,
-    /// The upstream instance, as sealed into tokens that must come back to it (its URL).
-    pub instance: String,
+    /// One client per instance, in the configured order (at least one).
+    instances: Vec<Transport>,
+    /// Round-robin position over the instances.
+    next: AtomicUsize,
     /// What the upstream speaks (configured, or found by probing).
     pub detected: Detected,
 }
 
 impl Target {
+    /// The instance for new work: the next one that is up, round-robin.
+    /// When none is up, the next one anyway (a down mark may be stale, and
+    /// the request gets a clear error if it is not).
+    pub fn pick(&self) -> &Transport {
+        let n = self.instances.len();
+        let start = if n == 1 { 0 } else { self.next.fetch_add(1, Ordering::Relaxed) };
+        (0..n)
+            .map(|i| &self.instances[(start + i) % n])
+            .find(|t| t.health().is_up())
+            .unwrap_or(&self.instances[start % n])
+    }
+
+    /// The instance named `name` (a URL sealed into a token), if this
+    /// route still has it.
+    pub fn instance(&self, name: &str) -> Option<&Transport> {
+        self.instances.iter().find(|t| t.instance() == name)
+    }
+
+    pub fn instances(&self) -> &[Transport] {
+        &self.instances
+    }
+
+    /// Runs `work` on the next instance that is up; when it fails without
+    /// having sent anything (`not_sent`) and the instance is now down, once
+    /// more on the next instance. The result and the instance it came from.
+    pub async fn on_instance<'t, T, E, Fut>(
+        &'t self,
+        work: impl Fn(&'t Transport) -> Fut,
+        not_sent: impl Fn(&E) -> bool,
+    ) -> (Result<T, E>, &'t Transport)
+    where
+        Fut: std::future::Future<Output = Result<T, E>>,
+    {
+        let first = self.pick();
+        let result = work(first).await;
+        if result.as_ref().is_err_and(&not_sent) && !first.health().is_up() {
+            let next = self.pick();
+            if !std::ptr::eq(next, first) {
+                return (work(next).await, next);
+            }
+        }
+        (result, first)
+    }
+
+    /// The upstream's generation, probing an instance first if it is not known yet.
+    pub async fn generation(&self) -> Result<Generation, Error> {
+        match self.detected.known() {
+            Some(Ok(g)) => Ok(g),
+            // Only a probe takes a turn of the round-robin.
+            _ => self.detected.generation(self.pick()).await,
+        }
+    }
+
     /// Takes note of a request's outcome: an upstream that could not be
     /// reached may come back as another generation, so it is probed again.
     pub fn observed(&self, outcome: &str) {
@@ -33,25 +87,31 @@ impl Target {
     }
 }
 
-/// The routing table: every route with its upstream handle, built once.
+/// How often down instances are probed.
+const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
+/// The longest a health probe waits for an answer.
+const HEALTH_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The routing table: every route with its upstream handles, built once.
 pub struct Targets(Vec<Arc<Target>>);
 
 impl Targets {
     pub fn new(config: &Config, metrics: &Metrics) -> Targets {
+        let max = config.limits.max_upstream_response_bytes;
         Targets(
             config
                 .routes
                 .iter()
                 .map(|r| {
-                    let upstream = Transport::new(
-                        r.upstream.clone(),
-                        config.limits.max_upstream_response_bytes,
-                        metrics.clone(),
-                        r.path.clone(),
-                    );
-                    let instance = r.upstream.url.to_string();
+                    let instances = r
+                        .upstream
+                        .urls
+                        .iter()
+                        .map(|url| Transport::new(r.upstream.clone(), url, max, metrics, &r.path))
+                        .collect();
                     let detected = Detected::new(r.upstream.generation, metrics.clone(), r);
-                    Arc::new(Target { route: r.clone(), upstream, instance, detected })
+                    let next = AtomicUsize::new(0);
+                    Arc::new(Target { route: r.clone(), instances, next, detected })
                 })
                 .collect(),
         )
@@ -63,6 +123,30 @@ impl Targets {
 
     pub fn all(&self) -> impl Iterator<Item = &Arc<Target>> {
         self.0.iter()
+    }
+
+    /// The health task: probes every down instance each interval and takes
+    /// it back into service once it answers (any MCP answer will do; a
+    /// probe leaves no session behind). Ends with `stop`.
+    pub async fn watch(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+        let mut tick = tokio::time::interval(HEALTH_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let down = self.all().flat_map(|t| t.instances.iter()).filter(|i| !i.health().is_up());
+            let probes = down.map(|instance| async move {
+                if let Ok(Ok(_)) = tokio::time::timeout(HEALTH_PROBE_TIMEOUT, probe::probe(instance)).await {
+                    instance.health().recovered();
+                }
+            });
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = futures_util::future::join_all(probes) => {}
+            }
+        }
     }
 }
 

@@ -97,7 +97,8 @@ pub enum Continuity {
 #[derive(Debug, Clone)]
 pub struct Upstream {
     pub name: String,
-    pub url: Uri,
+    /// Its instances (at least one): the endpoint URL of each, distinct.
+    pub urls: Vec<Uri>,
     /// Which generation the upstream speaks, or how to find out.
     pub generation: UpstreamGeneration,
     pub protocol_version: String,
@@ -209,7 +210,8 @@ impl Config {
             server: raw::RawServer { listen: Some(listen.to_string()), ..Default::default() },
             upstreams: vec![raw::RawUpstream {
                 name: "default".into(),
-                url: upstream.into(),
+                url: Some(upstream.into()),
+                urls: None,
                 protocol_version: None,
                 generation: None,
                 connect_timeout_ms: None,
@@ -376,16 +378,25 @@ fn upstream(u: &raw::RawUpstream, text: &str) -> Result<Upstream, ConfigError> {
     if u.headers.is_some() {
         return Err(not_yet(text, "upstreams.headers"));
     }
-    let url: Uri = u
-        .url
-        .parse()
-        .map_err(|_| ConfigError(format!("{}invalid upstream url `{}`", at(text, &u.url), u.url)))?;
-    if !matches!(url.scheme_str(), Some("http" | "https")) || url.host().is_none() {
-        return Err(ConfigError(format!(
-            "{}upstream url `{}` must be http:// or https:// with a host",
-            at(text, &u.url),
-            u.url
-        )));
+    let urls: Vec<&String> = match (&u.url, &u.urls) {
+        (Some(url), None) => vec![url],
+        (None, Some(urls)) if !urls.is_empty() => urls.iter().collect(),
+        _ => {
+            return Err(ConfigError(format!(
+                "{}upstream `{}` needs `url`, or `urls` (a non-empty list of its instances), not both",
+                at(text, &u.name),
+                u.name
+            )))
+        }
+    };
+    let urls = urls.into_iter().map(|url| instance_url(url, text)).collect::<Result<Vec<Uri>, _>>()?;
+    for (i, url) in urls.iter().enumerate() {
+        if urls[..i].contains(url) {
+            return Err(ConfigError(format!(
+                "{}upstream url `{url}` is listed twice",
+                at(text, &url.to_string())
+            )));
+        }
     }
     let protocol_version = u.protocol_version.clone().unwrap_or_else(|| LEGACY_VERSIONS[0].into());
     if !LEGACY_VERSIONS.contains(&protocol_version.as_str()) {
@@ -407,13 +418,33 @@ fn upstream(u: &raw::RawUpstream, text: &str) -> Result<Upstream, ConfigError> {
     };
     Ok(Upstream {
         name: u.name.clone(),
-        url,
+        urls,
         generation,
         protocol_version,
         connect_timeout: ms(u.connect_timeout_ms, 5_000),
         response_timeout: ms(u.response_timeout_ms, 30_000),
         call_timeout: ms(u.call_timeout_ms, 600_000),
     })
+}
+
+/// One instance's URL: http(s) with a host and no credentials (they would
+/// never be sent, and the URL names the instance in metrics and logs).
+fn instance_url(url: &str, text: &str) -> Result<Uri, ConfigError> {
+    let parsed: Uri =
+        url.parse().map_err(|_| ConfigError(format!("{}invalid upstream url `{url}`", at(text, url))))?;
+    if !matches!(parsed.scheme_str(), Some("http" | "https")) || parsed.host().is_none() {
+        return Err(ConfigError(format!(
+            "{}upstream url `{url}` must be http:// or https:// with a host",
+            at(text, url)
+        )));
+    }
+    if parsed.authority().is_some_and(|a| a.as_str().contains('@')) {
+        return Err(ConfigError(format!(
+            "{}upstream urls carry no credentials (they would never be sent)",
+            at(text, url)
+        )));
+    }
+    Ok(parsed)
 }
 
 fn route(r: &raw::RawRoute, upstreams: &[Upstream], text: &str) -> Result<Route, ConfigError> {

@@ -59,7 +59,9 @@ pub struct RawServer {
 #[serde(deny_unknown_fields)]
 pub struct RawUpstream {
     pub name: String,
-    pub url: String,
+    /// The upstream's MCP endpoint; or `urls`, several instances of one server.
+    pub url: Option<String>,
+    pub urls: Option<Vec<String>>,
     /// Legacy version offered at `initialize` (default 2025-11-25).
     pub protocol_version: Option<String>,
     /// "auto" (default: found by probing `server/discover`), "legacy" or "modern".

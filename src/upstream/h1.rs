@@ -14,7 +14,7 @@
 //! follows hyper's and pingora's rules, caps every size, refuses anything
 //! ambiguous, and is fuzzed against hyper's decoder (`fuzz/`). A request is
 //! written in one piece, so a write that fails means the upstream never had
-//! the whole request ([`Error::NotSent`]).
+//! the whole request ([`Error::NotSent`], [`Error::Unreachable`]).
 
 use std::io;
 use std::mem::MaybeUninit;
@@ -42,7 +42,11 @@ const READ_CHUNK: usize = 4096;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Connecting or writing failed: the upstream never had the whole request.
+    /// No connection could be made (refused, timed out, TLS failed): the
+    /// upstream is unreachable and never had the request.
+    #[error("cannot connect: {0}")]
+    Unreachable(io::Error),
+    /// Writing on a connection failed: the upstream never had the whole request.
     #[error("request not sent: {0}")]
     NotSent(io::Error),
     /// The request was written, then the connection failed or closed.
@@ -209,8 +213,8 @@ impl Client {
             })
         };
         match tokio::time::timeout(self.shared.connect_timeout, connect).await {
-            Err(_) => Err(Error::NotSent(io::ErrorKind::TimedOut.into())),
-            Ok(Err(e)) => Err(Error::NotSent(e)),
+            Err(_) => Err(Error::Unreachable(io::ErrorKind::TimedOut.into())),
+            Ok(Err(e)) => Err(Error::Unreachable(e)),
             Ok(Ok(io)) => Ok(Conn { io, buf: BytesMut::new(), idle_since: Instant::now() }),
         }
     }

@@ -5,6 +5,7 @@
 
 pub(crate) mod event_limit;
 pub(crate) mod h1;
+pub mod health;
 pub mod probe;
 pub mod transport;
 

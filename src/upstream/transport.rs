@@ -14,11 +14,15 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 use sse_stream::SseStream;
 
+use http::Uri;
+use prometheus_client::metrics::counter::Counter;
+
 use super::event_limit::{BodyError, EventLimited};
 use super::h1;
+use super::health::Health;
 use crate::config::Upstream;
 use crate::error::Error;
-use crate::metrics::{Metrics, UpstreamLabels};
+use crate::metrics::{InstanceLabels, Metrics, UpstreamLabels};
 
 /// The `Accept` of a request whose answer may be JSON or SSE.
 pub const ACCEPT_BOTH: &str = "application/json, text/event-stream";
@@ -76,17 +80,68 @@ pub struct SessionWire {
     pub version: Option<String>,
 }
 
+/// The HTTP client of one upstream instance, cheap to clone.
 #[derive(Clone)]
-pub struct Transport {
+pub struct Transport(Arc<Inner>);
+
+struct Inner {
     http: h1::Client,
-    pub upstream: Upstream,
+    upstream: Upstream,
+    /// The instance's name: its URL, as sealed into tokens that must come back to it.
+    instance: String,
+    health: Health,
     max_response: usize,
-    metrics: Metrics,
-    route: String,
+    /// `sessionless_upstream_requests_total`, resolved once per status.
+    counts: Counts,
+}
+
+/// One counter per status class of upstream requests.
+struct Counts {
+    ok: Counter,
+    not_found: Counter,
+    client_error: Counter,
+    server_error: Counter,
+    timeout: Counter,
+    connect_error: Counter,
+    broken: Counter,
+}
+
+impl Counts {
+    fn new(metrics: &Metrics, route: &str, instance: &str) -> Counts {
+        let get = |status: &'static str| {
+            let labels = UpstreamLabels { route: route.to_string(), instance: instance.to_string(), status };
+            metrics.upstream_requests.get_or_create(&labels).clone()
+        };
+        Counts {
+            ok: get("2xx"),
+            not_found: get("404"),
+            client_error: get("4xx"),
+            server_error: get("5xx"),
+            timeout: get("timeout"),
+            connect_error: get("connect_error"),
+            broken: get("broken"),
+        }
+    }
+
+    fn status(&self, s: u16) -> &Counter {
+        match s {
+            404 => &self.not_found,
+            200..=299 => &self.ok,
+            400..=499 => &self.client_error,
+            _ => &self.server_error,
+        }
+    }
 }
 
 impl Transport {
-    pub fn new(upstream: Upstream, max_response: usize, metrics: Metrics, route: String) -> Transport {
+    /// The client of the instance at `url`, one of `upstream`'s.
+    pub fn new(
+        upstream: Upstream,
+        url: &Uri,
+        max_response: usize,
+        metrics: &Metrics,
+        route: &str,
+    ) -> Transport {
         static TLS: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
         let tls = TLS.get_or_init(|| Arc::new(rustls_config())).clone();
         let settings = h1::Settings {
@@ -94,21 +149,40 @@ impl Transport {
             idle_timeout: Duration::from_secs(60),
             max_idle: 256,
         };
-        let http = h1::Client::new(&upstream.url, tls, settings)
+        let http = h1::Client::new(url, tls, settings)
             .expect("upstream URLs are checked for scheme and host when the config is loaded");
-        Transport { http, upstream, max_response, metrics, route }
+        let instance = url.to_string();
+        let labels = InstanceLabels {
+            route: route.to_string(),
+            upstream: upstream.name.clone(),
+            instance: instance.clone(),
+        };
+        let health = Health::new(
+            metrics.upstream_instance_up.get_or_create(&labels).clone(),
+            route.to_string(),
+            instance.clone(),
+        );
+        let counts = Counts::new(metrics, route, &instance);
+        Transport(Arc::new(Inner { http, upstream, instance, health, max_response, counts }))
     }
 
-    fn count(&self, status: &'static str) {
-        self.metrics
-            .upstream_requests
-            .get_or_create(&UpstreamLabels { route: self.route.clone(), status })
-            .inc();
+    /// The upstream's configuration.
+    pub fn upstream(&self) -> &Upstream {
+        &self.0.upstream
+    }
+
+    /// The instance's name (its URL).
+    pub fn instance(&self) -> &str {
+        &self.0.instance
+    }
+
+    pub fn health(&self) -> &Health {
+        &self.0.health
     }
 
     /// The largest answer (or SSE event) read from this upstream.
     pub fn max_response(&self) -> usize {
-        self.max_response
+        self.0.max_response
     }
 
     /// Sends one request on `session`: the session headers, then `extra`
@@ -146,23 +220,29 @@ impl Transport {
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> Result<h1::Response, PostError> {
-        let send = self.http.send(method, headers, body);
-        match tokio::time::timeout(self.upstream.response_timeout, send).await {
+        let inner = &*self.0;
+        let send = inner.http.send(method, headers, body);
+        match tokio::time::timeout(inner.upstream.response_timeout, send).await {
             Err(_) => {
-                self.count("timeout");
+                inner.counts.timeout.inc();
                 Err(PostError::Timeout)
             }
+            Ok(Err(h1::Error::Unreachable(_))) => {
+                inner.counts.connect_error.inc();
+                inner.health.failed();
+                Err(PostError::NotSent)
+            }
             Ok(Err(h1::Error::NotSent(_))) => {
-                self.count("connect_error");
+                inner.counts.connect_error.inc();
                 Err(PostError::NotSent)
             }
             Ok(Err(h1::Error::Request(what))) => Err(PostError::Invalid(what)),
             Ok(Err(h1::Error::Broken(_) | h1::Error::Invalid(_))) => {
-                self.count("broken");
+                inner.counts.broken.inc();
                 Err(PostError::Broken)
             }
             Ok(Ok(resp)) => {
-                self.count(status_class(resp.status));
+                inner.counts.status(resp.status).inc();
                 Ok(resp)
             }
         }
@@ -199,7 +279,7 @@ impl Transport {
         }
         let body = self.read_body(resp.body).await?;
         // Whichever way it is read below, the tree is bounded (free under 1 MiB).
-        if super::event_limit::too_many_values(&body, self.max_response) {
+        if super::event_limit::too_many_values(&body, self.0.max_response) {
             return Err(PostError::TooLarge);
         }
         if success {
@@ -217,8 +297,8 @@ impl Transport {
 
     /// Reads a whole answer body under the size limit and the response timeout.
     pub(crate) async fn read_body(&self, body: h1::Body) -> Result<Bytes, PostError> {
-        let limited = Limited::new(body, self.max_response);
-        match tokio::time::timeout(self.upstream.response_timeout, limited.collect()).await {
+        let limited = Limited::new(body, self.0.max_response);
+        match tokio::time::timeout(self.0.upstream.response_timeout, limited.collect()).await {
             Err(_) => Err(PostError::Timeout),
             Ok(Ok(c)) => Ok(c.to_bytes()),
             Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(PostError::TooLarge),
@@ -303,15 +383,6 @@ pub fn sse_data(text: &str) -> impl Iterator<Item = String> + '_ {
     })
 }
 
-fn status_class(s: u16) -> &'static str {
-    match s {
-        404 => "404",
-        200..=299 => "2xx",
-        400..=499 => "4xx",
-        _ => "5xx",
-    }
-}
-
 /// Why a stream ended without the message the reader waited for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StreamEnd {
@@ -340,7 +411,7 @@ pub struct EventStream {
 
 impl EventStream {
     fn new(transport: Transport, session: SessionWire, body: h1::Body) -> EventStream {
-        let limit = transport.max_response;
+        let limit = transport.max_response();
         EventStream {
             transport,
             session,
@@ -386,7 +457,7 @@ impl EventStream {
         let Some(data) = event.data.filter(|d| !d.trim().is_empty()) else {
             return Ok(()); // priming event or keep-alive
         };
-        if super::event_limit::too_many_values(data.as_bytes(), self.transport.max_response) {
+        if super::event_limit::too_many_values(data.as_bytes(), self.transport.max_response()) {
             return Err(StreamEnd::TooLarge);
         }
         match serde_json::from_str::<Value>(&data) {

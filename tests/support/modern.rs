@@ -44,10 +44,12 @@ impl ModernUpstream {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = seen.clone();
         let task = tokio::spawn(async move {
+            // Connections end with the server (as when its process is killed).
+            let mut connections = tokio::task::JoinSet::new();
             loop {
                 let Ok((stream, _)) = listener.accept().await else { continue };
                 let log = log.clone();
-                tokio::spawn(async move {
+                connections.spawn(async move {
                     let service = hyper::service::service_fn(move |req| handle(log.clone(), req));
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service)

@@ -35,7 +35,7 @@ use crate::front::headers::{LAST_EVENT_ID, PROTOCOL_VERSION, SESSION_ID};
 use crate::front::SUPPORTED_VERSIONS;
 use crate::metrics::{OpenedLabels, ReasonLabels};
 use crate::reply::{self, Body};
-use crate::upstream::{h1, PostError, SessionWire, ACCEPT_BOTH};
+use crate::upstream::{h1, PostError, SessionWire, Transport, ACCEPT_BOTH};
 use token::{Claims, Rejected};
 
 /// The longest upstream session id sealed into a token (a token must stay
@@ -260,13 +260,13 @@ impl Bridge {
         if !caller.headers.contains_key(&SESSION_ID) {
             return Err(Error::MethodNotAllowed);
         }
-        let claims = self.session(target, caller)?;
+        let (claims, upstream) = self.session(target, caller)?;
         let wire = wire(&claims, &caller.headers);
         let gone = |status: u16| status == 404 && claims.u.is_some();
         if !get {
-            let resp = self.send(target, "DELETE", &wire, &[("accept", ACCEPT_BOTH)], b"").await?;
+            let resp = self.send(target, upstream, "DELETE", &wire, &[("accept", ACCEPT_BOTH)], b"").await?;
             let status = resp.status;
-            let _ = target.upstream.read_body(resp.body).await;
+            let _ = upstream.read_body(resp.body).await;
             return match status {
                 200..=299 => Ok(reply::empty(StatusCode::OK)),
                 s if gone(s) => Err(self.gone(target)),
@@ -293,9 +293,11 @@ impl Bridge {
         let resp = match last {
             Some(last) => {
                 let extra = [("accept", "text/event-stream"), ("last-event-id", last)];
-                self.send(target, "GET", &wire, &extra, b"").await?
+                self.send(target, upstream, "GET", &wire, &extra, b"").await?
             }
-            None => self.send(target, "GET", &wire, &[("accept", "text/event-stream")], b"").await?,
+            None => {
+                self.send(target, upstream, "GET", &wire, &[("accept", "text/event-stream")], b"").await?
+            }
         };
         match resp.status {
             200..=299 if resp.is_sse() => {
@@ -303,7 +305,7 @@ impl Bridge {
                 // reconnects, through the balancer, to another replica.
                 let mut relay = Relay::new(
                     resp.body,
-                    target.upstream.max_response(),
+                    upstream.max_response(),
                     self.services.keepalive,
                     self.services.draining.clone(),
                     Box::new((place, permit)),
@@ -315,7 +317,7 @@ impl Bridge {
             }
             s if gone(s) => Err(self.gone(target)),
             405 => Err(Error::MethodNotAllowed),
-            _ => self.json_answer(target, resp).await,
+            _ => self.json_answer(upstream, resp).await,
         }
     }
 
@@ -346,14 +348,14 @@ impl Bridge {
             return Err(Error::TooManyNewSessions);
         }
         let wire = SessionWire { id: None, version: client_version(&caller.headers) };
-        let resp = self.post_upstream(target, &wire, caller).await?;
+        let (resp, upstream) = self.post_new(target, &wire, caller).await?;
         // From here on, a session the upstream minted is ended on every
         // path that does not hand it to the client (in the background: the
         // client's answer does not wait for it).
         let minted = resp.header("mcp-session-id").map(str::to_string);
         let end_minted = || {
             if let Some(id) = minted.clone() {
-                let (upstream, version) = (target.upstream.clone(), wire.version.clone());
+                let (upstream, version) = (upstream.clone(), wire.version.clone());
                 tokio::spawn(async move { upstream.delete(&SessionWire { id: Some(id), version }).await });
             }
         };
@@ -367,11 +369,11 @@ impl Bridge {
             // The upstream's own JSON-RPC error passes as it is; anything
             // else is a gateway error.
             end_minted();
-            return self.json_answer(target, resp).await;
+            return self.json_answer(upstream, resp).await;
         }
         // The answer is read whole: the token goes in its headers, and the
         // negotiated version comes from it. An initialize answer is small.
-        let (body, sse) = match self.read_initialize(target, resp).await {
+        let (body, sse) = match self.read_initialize(target, upstream, resp).await {
             Ok(read) => read,
             Err(e) => {
                 end_minted();
@@ -391,7 +393,7 @@ impl Bridge {
         let now = crate::seal::unix_now();
         let claims = Claims {
             r: target.route.path.clone(),
-            i: target.instance.clone(),
+            i: upstream.instance().to_string(),
             u: upstream_session,
             v: version,
             p: caller.principal.clone(),
@@ -414,15 +416,20 @@ impl Bridge {
 
     /// Reads an initialize answer: the JSON body, or the SSE events up to the
     /// first response. Returns the bytes to relay and whether they are SSE.
-    async fn read_initialize(&self, target: &Target, resp: h1::Response) -> Result<(Bytes, bool), Error> {
+    async fn read_initialize(
+        &self,
+        target: &Target,
+        upstream: &Transport,
+        resp: h1::Response,
+    ) -> Result<(Bytes, bool), Error> {
         if !resp.is_sse() {
             if !resp.is_json() {
                 return Err(Error::UpstreamInvalid("content type"));
             }
-            let body = target.upstream.read_body(resp.body).await.map_err(|e| map_error(e, true))?;
+            let body = upstream.read_body(resp.body).await.map_err(|e| map_error(e, true))?;
             return Ok((body, false));
         }
-        let mut events = Relay::events(resp.body, target.upstream.max_response());
+        let mut events = Relay::events(resp.body, upstream.max_response());
         let mut out = Vec::new();
         let read = async {
             use futures_util::StreamExt;
@@ -431,7 +438,7 @@ impl Bridge {
                 let Some(bytes) = relay::encode(&event) else {
                     return Err(Error::UpstreamInvalid("event is not JSON"));
                 };
-                if out.len() + bytes.len() > target.upstream.max_response() {
+                if out.len() + bytes.len() > upstream.max_response() {
                     return Err(Error::UpstreamTooLarge);
                 }
                 out.extend_from_slice(&bytes);
@@ -459,10 +466,13 @@ impl Bridge {
         if !caller.headers.contains_key(&SESSION_ID) {
             return Err(Error::SessionRequired);
         }
-        let claims = self.session(target, caller)?;
+        let (claims, upstream) = self.session(target, caller)?;
         let wire = wire(&claims, &caller.headers);
         let deadline = tokio::time::Instant::now() + target.route.upstream.call_timeout;
-        let resp = self.post_upstream(target, &wire, caller).await?;
+        let resp = match self.post_upstream(upstream, &wire, caller).await {
+            Err(PostError::NotSent) => return Err(self.instance_gone(target)),
+            other => other.map_err(|e| map_error(e, true))?,
+        };
         drop(body_share);
         match resp.status {
             202 => Ok(reply::empty(StatusCode::ACCEPTED)),
@@ -470,7 +480,7 @@ impl Bridge {
             200..=299 if resp.is_sse() => {
                 let mut relay = Relay::new(
                     resp.body,
-                    target.upstream.max_response(),
+                    upstream.max_response(),
                     self.services.keepalive,
                     self.services.shutdown.clone(),
                     Box::new((hold, Streaming::new(&self.streaming))),
@@ -479,46 +489,82 @@ impl Bridge {
                 relay.id = peek.id.clone();
                 Ok(relay.response(None))
             }
-            _ => self.json_answer(target, resp).await,
+            _ => self.json_answer(upstream, resp).await,
         }
+    }
+
+    /// POSTs a new session's `initialize` to the next instance that is up
+    /// (to the one after if that one cannot be reached).
+    async fn post_new<'t>(
+        &self,
+        target: &'t Target,
+        wire: &SessionWire,
+        caller: &Caller,
+    ) -> Result<(h1::Response, &'t Transport), Error> {
+        let work = |upstream| self.post_upstream(upstream, wire, caller);
+        let (resp, upstream) = target.on_instance(work, |e| *e == PostError::NotSent).await;
+        Ok((resp.map_err(|e| map_error(e, true))?, upstream))
     }
 
     /// POSTs the client's body as it came, on `wire`. Sent again only when
-    /// the first attempt cannot have reached the upstream.
+    /// the first attempt cannot have reached an instance that is still up
+    /// (a connection that had gone stale).
     async fn post_upstream(
         &self,
-        target: &Target,
+        upstream: &Transport,
         wire: &SessionWire,
         caller: &Caller,
-    ) -> Result<h1::Response, Error> {
-        let accept = caller.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or(ACCEPT_BOTH);
-        let extra = [("accept", accept), ("content-type", "application/json")];
-        match target.upstream.send("POST", wire, &extra, &caller.body).await {
-            Err(PostError::NotSent) => {
-                target.upstream.send("POST", wire, &extra, &caller.body).await.map_err(|e| map_error(e, true))
+    ) -> Result<h1::Response, PostError> {
+        match self.post_once(upstream, wire, caller).await {
+            Err(PostError::NotSent) if upstream.health().is_up() => {
+                self.post_once(upstream, wire, caller).await
             }
-            other => other.map_err(|e| map_error(e, true)),
+            other => other,
         }
     }
 
+    async fn post_once(
+        &self,
+        upstream: &Transport,
+        wire: &SessionWire,
+        caller: &Caller,
+    ) -> Result<h1::Response, PostError> {
+        let accept = caller.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or(ACCEPT_BOTH);
+        let extra = [("accept", accept), ("content-type", "application/json")];
+        upstream.send("POST", wire, &extra, &caller.body).await
+    }
+
+    /// A GET or DELETE on a session's instance; one that cannot reach the
+    /// instance ends the session (404: the client starts a new one, on an
+    /// instance that is up).
     async fn send(
         &self,
         target: &Target,
+        upstream: &Transport,
         method: &str,
         wire: &SessionWire,
         extra: &[(&str, &str)],
         body: &[u8],
     ) -> Result<h1::Response, Error> {
-        target.upstream.send(method, wire, extra, body).await.map_err(|e| map_error(e, method != "GET"))
+        let resp = match upstream.send(method, wire, extra, body).await {
+            Err(PostError::NotSent) if upstream.health().is_up() => {
+                upstream.send(method, wire, extra, body).await
+            }
+            other => other,
+        };
+        match resp {
+            Err(PostError::NotSent) => Err(self.instance_gone(target)),
+            other => other.map_err(|e| map_error(e, method != "GET")),
+        }
     }
 
     /// A JSON answer relayed as it is when it is a JSON-RPC message (an
     /// error status included); anything else becomes a gateway error.
-    async fn json_answer(&self, target: &Target, resp: h1::Response) -> Result<Response<Body>, Error> {
+    async fn json_answer(&self, upstream: &Transport, resp: h1::Response) -> Result<Response<Body>, Error> {
         let status = StatusCode::from_u16(resp.status).unwrap_or(StatusCode::BAD_GATEWAY);
         let success = status.is_success();
         let json = resp.is_json();
-        let body = target.upstream.read_body(resp.body).await.map_err(|e| map_error(e, true))?;
+        let body = upstream.read_body(resp.body).await.map_err(|e| map_error(e, true))?;
         if json && relay::is_json_message(&body) {
             return Ok(relay::answer(status, body, false, None));
         }
@@ -529,22 +575,20 @@ impl Bridge {
         })
     }
 
-    /// The claims of the request's session token, or why it is refused (404).
-    fn session(&self, target: &Target, caller: &Caller) -> Result<Claims, Error> {
+    /// The claims of the request's session token and the instance holding
+    /// the session, or why it is refused (404).
+    fn session<'t>(&self, target: &'t Target, caller: &Caller) -> Result<(Claims, &'t Transport), Error> {
         let mut ids = caller.headers.get_all(&SESSION_ID).iter();
         let (Some(id), None) = (ids.next(), ids.next()) else {
             return Err(self.reject(target, Rejected::Invalid));
         };
         let id = id.to_str().map_err(|_| self.reject(target, Rejected::Invalid))?;
-        token::open(
-            &self.services.sealer,
-            id,
-            &target.route.path,
-            &target.instance,
-            &caller.principal,
-            crate::seal::unix_now(),
-        )
-        .map_err(|why| self.reject(target, why))
+        let now = crate::seal::unix_now();
+        let claims = token::open(&self.services.sealer, id, &target.route.path, &caller.principal, now)
+            .map_err(|why| self.reject(target, why))?;
+        let upstream =
+            target.instance(&claims.i).ok_or_else(|| self.reject(target, Rejected::OtherInstance))?;
+        Ok((claims, upstream))
     }
 
     fn reject(&self, target: &Target, why: Rejected) -> Error {
@@ -555,6 +599,13 @@ impl Bridge {
     /// The upstream no longer knows the session: the client starts over.
     fn gone(&self, target: &Target) -> Error {
         self.count_rejected(target, "upstream_gone");
+        Error::SessionNotFound
+    }
+
+    /// The session's instance cannot be reached (nothing was sent): the
+    /// session ends, the client starts a new one on an instance that is up.
+    fn instance_gone(&self, target: &Target) -> Error {
+        self.count_rejected(target, "instance_unreachable");
         Error::SessionNotFound
     }
 

@@ -60,12 +60,12 @@ pub fn issue(sealer: &Sealer, claims: &Claims) -> String {
     sealer.seal(AAD, &serde_json::to_vec(claims).expect("claims serialise"))
 }
 
-/// Opens `token` for a request on `route` to `instance` by `principal` at `now` (Unix seconds).
+/// Opens `token` for a request on `route` by `principal` at `now` (Unix
+/// seconds). Its instance (`Claims::i`) is the caller's to look up.
 pub fn open(
     sealer: &Sealer,
     token: &str,
     route: &str,
-    instance: &str,
     principal: &str,
     now: u64,
 ) -> Result<Claims, Rejected> {
@@ -79,9 +79,6 @@ pub fn open(
     }
     if claims.p != principal {
         return Err(Rejected::OtherPrincipal);
-    }
-    if claims.i != instance {
-        return Err(Rejected::OtherInstance);
     }
     if now >= claims.exp {
         return Err(Rejected::Expired);
@@ -114,13 +111,11 @@ mod tests {
     fn a_token_opens_only_where_and_for_whom_it_was_issued() {
         let s = sealer();
         let t = issue(&s, &claims());
-        let open = |route, instance, principal, now| open(&s, &t, route, instance, principal, now);
-        let i = "http://127.0.0.1:1/mcp";
-        assert_eq!(open("/mcp", i, "anonymous", 150), Ok(claims()));
-        assert_eq!(open("/other", i, "anonymous", 150), Err(Rejected::OtherRoute));
-        assert_eq!(open("/mcp", i, "b:ff", 150), Err(Rejected::OtherPrincipal));
-        assert_eq!(open("/mcp", "http://other/mcp", "anonymous", 150), Err(Rejected::OtherInstance));
-        assert_eq!(open("/mcp", i, "anonymous", 200), Err(Rejected::Expired));
+        let open = |route, principal, now| open(&s, &t, route, principal, now);
+        assert_eq!(open("/mcp", "anonymous", 150), Ok(claims()));
+        assert_eq!(open("/other", "anonymous", 150), Err(Rejected::OtherRoute));
+        assert_eq!(open("/mcp", "b:ff", 150), Err(Rejected::OtherPrincipal));
+        assert_eq!(open("/mcp", "anonymous", 200), Err(Rejected::Expired));
         assert!(t.bytes().all(|b| (0x21..=0x7e).contains(&b)), "visible ASCII only");
     }
 
@@ -145,11 +140,7 @@ mod tests {
                 {
                     continue;
                 }
-                assert_eq!(
-                    open(&s, &bad, "/mcp", "http://127.0.0.1:1/mcp", "anonymous", 150),
-                    Err(Rejected::Invalid),
-                    "position {i}"
-                );
+                assert_eq!(open(&s, &bad, "/mcp", "anonymous", 150), Err(Rejected::Invalid), "position {i}");
             }
         }
     }
@@ -158,10 +149,7 @@ mod tests {
     fn other_sealed_values_do_not_open_as_tokens() {
         let s = sealer();
         let other = s.seal(b"requestState\0/mcp\0tools/call", &serde_json::to_vec(&claims()).unwrap());
-        assert_eq!(
-            open(&s, &other, "/mcp", "http://127.0.0.1:1/mcp", "anonymous", 150),
-            Err(Rejected::Invalid)
-        );
-        assert_eq!(open(&s, &"A".repeat(5000), "/mcp", "", "", 0), Err(Rejected::Invalid));
+        assert_eq!(open(&s, &other, "/mcp", "anonymous", 150), Err(Rejected::Invalid));
+        assert_eq!(open(&s, &"A".repeat(5000), "/mcp", "", 0), Err(Rejected::Invalid));
     }
 }

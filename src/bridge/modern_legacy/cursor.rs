@@ -1,6 +1,7 @@
 //! Pagination cursors: the upstream's cursor is sealed together with the
-//! upstream session that issued it (legacy cursors may be session-bound), so
-//! the next page goes to that session, from any replica sharing the keys.
+//! upstream session (and instance) that issued it (legacy cursors may be
+//! session-bound), so the next page goes to that session, from any replica
+//! sharing the keys.
 
 use serde_json::{json, Value};
 
@@ -20,10 +21,11 @@ pub fn seal(
     route: &Route,
     call: &Call,
     caller: &Caller,
+    instance: &str,
     wire: &SessionWire,
     next: &str,
 ) -> String {
-    let payload = json!({"s": wire.id, "v": wire.version, "c": next});
+    let payload = json!({"i": instance, "s": wire.id, "v": wire.version, "c": next});
     sealer.seal(&aad(route, call, caller), payload.to_string().as_bytes())
 }
 
@@ -36,14 +38,18 @@ pub fn expired() -> Error {
     invalid("cursor_expired")
 }
 
-/// Opens a sealed `params.cursor`: the session that must serve the page and
-/// the upstream's own cursor. `None` when there is no cursor.
-pub fn open(
-    sealer: &Sealer,
-    route: &Route,
-    call: &Call,
-    caller: &Caller,
-) -> Result<Option<(SessionWire, Value)>, Error> {
+/// A sealed cursor, opened: where the next page is asked for, and how.
+pub struct Pinned {
+    /// The instance holding the session.
+    pub instance: String,
+    pub wire: SessionWire,
+    /// The upstream's own cursor.
+    pub cursor: Value,
+}
+
+/// Opens a sealed `params.cursor`: the instance and session that must serve
+/// the page and the upstream's own cursor. `None` when there is no cursor.
+pub fn open(sealer: &Sealer, route: &Route, call: &Call, caller: &Caller) -> Result<Option<Pinned>, Error> {
     let Some(cursor) = call.params.get("cursor") else {
         return Ok(None);
     };
@@ -57,5 +63,6 @@ pub fn open(
         id: payload.get("s").and_then(Value::as_str).map(str::to_string),
         version: payload.get("v").and_then(Value::as_str).map(str::to_string),
     };
-    Ok(Some((wire, upstream_cursor)))
+    let instance = payload.get("i").and_then(Value::as_str).unwrap_or_default().to_string();
+    Ok(Some(Pinned { instance, wire, cursor: upstream_cursor }))
 }

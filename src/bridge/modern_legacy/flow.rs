@@ -272,7 +272,10 @@ impl Bridge {
             // The questions themselves were held by the owner: they cannot be asked again.
             return Err(self.rejected(cx, state::Rejected::FlowLost));
         }
-        let transport = cx.upstream;
+        // The session lives on the instance that opened it.
+        let Some(transport) = cx.target.instance(&st.i) else {
+            return Err(self.rejected(cx, state::Rejected::FlowLost));
+        };
         let wire = SessionWire { id: st.sid.clone(), version: st.ver.clone() };
         // Answers first, then the resumption: a server that keeps events (the
         // TypeScript SDK's event store) stores what the call sends after the
@@ -288,7 +291,7 @@ impl Bridge {
         let Ok(post) = transport.get_stream(&wire, Some(last_event)).await else {
             return Err(self.rejected(cx, state::Rejected::FlowLost));
         };
-        let key = Self::key(cx.route, cx.call, cx.caller);
+        let key = Self::key(cx.route, cx.call, cx.caller, transport);
         let init = match self.pool.acquire(transport, &key).await {
             Ok(s) => s.init.clone(),
             Err(_) => Arc::new(json!({})),
@@ -440,6 +443,7 @@ impl Bridge {
         let now = state::now_ms();
         state::FlowState {
             r: cx.route.path.clone(),
+            i: flow.session.transport.instance().to_string(),
             sid: flow.wire.id.clone(),
             ver: flow.wire.version.clone(),
             own: self.services.instance.clone(),
@@ -521,6 +525,7 @@ impl Bridge {
         let now = state::now_ms();
         let st = state::FlowState {
             r: cx.route.path.clone(),
+            i: String::new(),
             sid: None,
             ver: None,
             own: self.services.instance.clone(),

@@ -141,13 +141,13 @@ impl Seals {
     /// Whether `blob` opens as the legacy session id of this route and principal.
     pub fn open_session(&self, blob: &str) -> bool {
         let c = self.session_claims();
-        crate::bridge::legacy_legacy::token::open(&self.sealer, blob, &c.r, &c.i, &c.p, 1).is_ok()
+        crate::bridge::legacy_legacy::token::open(&self.sealer, blob, &c.r, &c.p, 1).is_ok()
     }
 
     fn session_claims(&self) -> crate::bridge::legacy_legacy::token::Claims {
         crate::bridge::legacy_legacy::token::Claims {
             r: self.route.path.clone(),
-            i: self.route.upstream.url.to_string(),
+            i: self.route.upstream.urls[0].to_string(),
             u: Some("s".into()),
             v: Some("2025-11-25".into()),
             p: self.caller.principal.clone(),

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::call::{respond_upstream, simple_request};
 use super::session::Session;
-use super::{Bridge, Caller};
+use super::{Bridge, Caller, Target};
 use crate::config::Route;
 use crate::error::error_body;
 use crate::error::Error;
@@ -115,12 +115,12 @@ fn tagged(mut msg: Value, id: &Value) -> Value {
 impl Bridge {
     pub(super) async fn listen(
         &self,
-        route: &Route,
-        upstream: &crate::upstream::Transport,
+        target: &Target,
         call: &Call,
         caller: &Caller,
         mut reply: Reply,
     ) -> &'static str {
+        let route = &*target.route;
         let filter = match Filter::parse(&call.params) {
             Ok(f) => f,
             Err(e) => return fail(reply, call, e).await,
@@ -129,8 +129,8 @@ impl Bridge {
             Ok(place) => place,
             Err(e) => return fail(reply, call, e).await,
         };
-        let transport = upstream;
-        let session = match self.pool.open_exclusive(transport, Self::key(route, call, caller)).await {
+        let open = |t| self.pool.open_exclusive(t, Self::key(route, call, caller, t));
+        let session = match target.on_instance(open, |e| matches!(e, Error::UpstreamUnreachable)).await.0 {
             Ok(s) => s,
             Err(e) => return fail(reply, call, e).await,
         };

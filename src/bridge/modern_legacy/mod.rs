@@ -35,11 +35,15 @@ use pool::Exclusive;
 pub use pool::Pool;
 use session::{legacy_capabilities, PoolKey, Session};
 
+/// A call's session, and the guard of one of its own.
+type SessionFor = Result<(Arc<Session>, Option<Exclusive>), Error>;
+
 /// One request on its way through the bridge: the resolved route, the call, the caller.
 #[derive(Clone, Copy)]
 struct Ctx<'a> {
     route: &'a Route,
-    upstream: &'a Transport,
+    /// The route's upstream instances (a retry goes to the one its state names).
+    target: &'a Target,
     call: &'a Call,
     caller: &'a Caller,
 }
@@ -88,9 +92,10 @@ impl Bridge {
         self.parked.len() + self.resuming.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    fn key(route: &Route, call: &Call, caller: &Caller) -> PoolKey {
+    fn key(route: &Route, call: &Call, caller: &Caller, instance: &Transport) -> PoolKey {
         PoolKey {
             route: route.path.clone(),
+            instance: instance.instance().to_string(),
             principal: caller.principal.clone(),
             capabilities: legacy_capabilities(&call.meta.capabilities),
             version: call.meta.protocol_version.clone(),
@@ -100,18 +105,12 @@ impl Bridge {
     /// Serves one call to the end, writing its answer to `reply`.
     /// Returns the outcome label for metrics.
     pub async fn serve(&self, target: &Target, call: Call, caller: Caller, mut reply: Reply) -> &'static str {
-        let (route, upstream) = (&*target.route, &target.upstream);
         let done = match call.method {
             // Rare paths are boxed: the common path's future stays small
             // (it is moved into a box for every request, and kept while parked).
-            Method::Discover => Box::pin(self.discover(route, upstream, &call, &caller)).await,
-            Method::SubscriptionsListen => {
-                return Box::pin(self.listen(route, upstream, &call, &caller, reply)).await
-            }
-            _ => self
-                .try_forward(route, upstream, &call, &caller, &mut reply)
-                .await
-                .unwrap_or_else(Done::Failed),
+            Method::Discover => Box::pin(self.discover(target, &call, &caller)).await,
+            Method::SubscriptionsListen => return Box::pin(self.listen(target, &call, &caller, reply)).await,
+            _ => self.try_forward(target, &call, &caller, &mut reply).await.unwrap_or_else(Done::Failed),
         };
         let (status, body, outcome) = match done {
             Done::Result(result) => {
@@ -145,15 +144,15 @@ impl Bridge {
         outcome
     }
 
-    async fn discover(&self, route: &Route, upstream: &Transport, call: &Call, caller: &Caller) -> Done {
-        let key = Self::key(route, call, caller);
-        let cache_key = (route.path.clone(), key.capabilities.clone());
+    async fn discover(&self, target: &Target, call: &Call, caller: &Caller) -> Done {
+        let route = &*target.route;
+        let cache_key = (route.path.clone(), legacy_capabilities(&call.meta.capabilities));
         let cached =
             self.discover.get(&cache_key).filter(|e| e.0.elapsed() < route.discover_ttl).map(|e| e.1.clone());
         let init = match cached {
             Some(init) => init,
-            None => match self.pool.acquire(upstream, &key).await {
-                Ok(session) => {
+            None => match self.session_anywhere(target, call, caller).await.0 {
+                Ok((session, _)) => {
                     self.discover.insert(cache_key, (Instant::now(), session.init.clone()));
                     session.init.clone()
                 }
@@ -166,12 +165,7 @@ impl Bridge {
     /// The session a call runs on: the pooled one, or, for a call that
     /// declares `roots`, one of its own (a legacy server may ask `roots/list`
     /// on the session's GET stream, where only a lone call makes it attributable).
-    async fn session_for(
-        &self,
-        transport: &Transport,
-        key: &PoolKey,
-        call: &Call,
-    ) -> Result<(Arc<Session>, Option<Exclusive>), Error> {
+    async fn session_for(&self, transport: &Transport, key: &PoolKey, call: &Call) -> SessionFor {
         if call.method.allows_input() && call.meta.declares("roots") {
             let session = Box::pin(self.pool.open_exclusive(transport, key.clone())).await?;
             let guard = Exclusive::new(self.pool.clone(), session.clone());
@@ -180,16 +174,30 @@ impl Bridge {
         Ok((self.pool.acquire(transport, key).await?, None))
     }
 
+    /// A call's session (as [`Self::session_for`]) on the next instance that
+    /// is up, or the one after if that one cannot be reached.
+    async fn session_anywhere<'t>(
+        &self,
+        target: &'t Target,
+        call: &Call,
+        caller: &Caller,
+    ) -> (SessionFor, &'t Transport) {
+        let open = |t: &'t Transport| async move {
+            self.session_for(t, &Self::key(&target.route, call, caller, t), call).await
+        };
+        target.on_instance(open, |e| matches!(e, Error::UpstreamUnreachable)).await
+    }
+
     async fn try_forward(
         &self,
-        route: &Route,
-        upstream: &Transport,
+        target: &Target,
         call: &Call,
         caller: &Caller,
         reply: &mut Reply,
     ) -> Result<Done, Error> {
         mrtr::check_responses_shape(&call.params)?;
-        let cx = Ctx { route, upstream, call, caller };
+        let route = &*target.route;
+        let cx = Ctx { route, target, call, caller };
         let mut book = None;
         if let Some(blob) = call.params.get("requestState") {
             match Box::pin(self.resume(cx, blob, reply)).await? {
@@ -204,17 +212,28 @@ impl Bridge {
         }
         let replay = route.replays(call.name.as_deref().filter(|_| call.method == Method::ToolsCall));
         let book = book.unwrap_or_default();
-        let transport = upstream;
-        let key = Self::key(route, call, caller);
         let pinned = cursor::open(&self.services.sealer, route, call, caller)?;
-        let (mut session, mut exclusive) = self.session_for(transport, &key, call).await?;
+        // The next page goes to the instance holding the cursor's session.
+        let (mut transport, mut session, mut exclusive) = match &pinned {
+            Some(p) => {
+                let transport = target.instance(&p.instance).ok_or_else(cursor::expired)?;
+                let key = Self::key(route, call, caller, transport);
+                let (session, exclusive) = self.session_for(transport, &key, call).await?;
+                (transport, session, exclusive)
+            }
+            None => {
+                let (opened, transport) = self.session_anywhere(target, call, caller).await;
+                let (session, exclusive) = opened?;
+                (transport, session, exclusive)
+            }
+        };
         if call.method == Method::ToolsCall {
             self.tool_headers.check(&session, call, caller, route.upstream.response_timeout).await?;
         }
         let deadline = tokio::time::Instant::now() + route.upstream.call_timeout;
         let mut retried = false;
         loop {
-            let wire = pinned.as_ref().map_or_else(|| session.wire.clone(), |(wire, _)| wire.clone());
+            let wire = pinned.as_ref().map_or_else(|| session.wire.clone(), |p| p.wire.clone());
             let get = match exclusive {
                 Some(_) => Box::pin(transport.get_stream(&wire, None)).await.ok().map(Box::new),
                 None => None,
@@ -223,7 +242,7 @@ impl Bridge {
             let token = call.meta.progress_token.as_ref().map(|_| json!(format!("sl-{upstream_id}")));
             let request = call::UpstreamRequest {
                 call,
-                cursor: pinned.as_ref().map(|(_, cursor)| cursor),
+                cursor: pinned.as_ref().map(|p| &p.cursor),
                 id: upstream_id,
                 progress_token: token.as_ref(),
             };
@@ -277,9 +296,21 @@ impl Bridge {
                         .sessions_reinitialized
                         .get_or_create(&Metrics::route(&route.path))
                         .inc();
-                    (session, exclusive) = self.session_for(transport, &key, call).await?;
+                    (session, exclusive) = self.session_for(transport, &session.key, call).await?;
                 }
-                Err(PostError::NotSent) if !retried => {}
+                // Not sent: once more, on another instance if this one
+                // could not be reached (a cursor's page has no other).
+                Err(PostError::NotSent) if pinned.is_some() && !transport.health().is_up() => {
+                    return Err(cursor::expired());
+                }
+                Err(PostError::NotSent) if !retried => {
+                    if !transport.health().is_up() {
+                        drop(exclusive.take());
+                        let (opened, next) = self.session_anywhere(target, call, caller).await;
+                        (session, exclusive) = opened?;
+                        transport = next;
+                    }
+                }
                 Err(e) => return Err(map_post_error(e, true)),
             }
             retried = true;
@@ -312,7 +343,9 @@ impl Bridge {
             other => return other,
         };
         if let Some(Value::String(next)) = result.get("nextCursor") {
-            let sealed = cursor::seal(&self.services.sealer, cx.route, cx.call, cx.caller, wire, next);
+            let instance = session.transport.instance();
+            let sealed =
+                cursor::seal(&self.services.sealer, cx.route, cx.call, cx.caller, instance, wire, next);
             result.insert("nextCursor".into(), Value::String(sealed));
         }
         if cx.call.method == Method::ToolsList && !cx.call.params.contains_key("cursor") {

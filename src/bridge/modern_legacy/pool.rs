@@ -238,12 +238,13 @@ mod tests {
             Config::single(&format!("http://127.0.0.1:{port}/mcp"), "127.0.0.1:0".parse().unwrap()).unwrap();
         let mut registry = prometheus_client::registry::Registry::default();
         let metrics = Metrics::register(&mut registry);
-        let transport =
-            Transport::new(config.routes[0].upstream.clone(), 1 << 20, metrics.clone(), "/mcp".into());
+        let upstream = &config.routes[0].upstream;
+        let transport = Transport::new(upstream.clone(), &upstream.urls[0], 1 << 20, &metrics, "/mcp");
         let pool = Pool::new(2, 2, Duration::from_secs(60), metrics);
         for principal in ["a", "b", "c"] {
             let key = PoolKey {
                 route: "/mcp".into(),
+                instance: transport.instance().into(),
                 principal: principal.into(),
                 capabilities: "{}".into(),
                 version: "2026-07-28".into(),

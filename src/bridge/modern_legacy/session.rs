@@ -14,6 +14,8 @@ use crate::upstream::transport::{PostError, Reply, SessionWire, Transport};
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PoolKey {
     pub route: String,
+    /// The upstream instance (its URL) the session lives on.
+    pub instance: String,
     /// Digest of the bearer token, or "anonymous".
     pub principal: String,
     /// Canonical JSON of the legacy capabilities sent at `initialize`.
@@ -78,7 +80,7 @@ impl Session {
             "id": 0,
             "method": "initialize",
             "params": {
-                "protocolVersion": transport.upstream.protocol_version,
+                "protocolVersion": transport.upstream().protocol_version,
                 "capabilities": capabilities,
                 "clientInfo": {"name": "sessionless", "version": env!("CARGO_PKG_VERSION")},
             }

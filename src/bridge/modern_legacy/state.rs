@@ -16,6 +16,10 @@ use crate::seal::Sealer;
 pub struct FlowState {
     /// Route path.
     pub r: String,
+    /// The upstream instance (its URL) holding the session; empty when
+    /// there is none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub i: String,
     /// Upstream session id and version.
     pub sid: Option<String>,
     pub ver: Option<String>,
@@ -132,6 +136,7 @@ mod tests {
     fn state() -> FlowState {
         FlowState {
             r: "/mcp".into(),
+            i: "http://127.0.0.1:1/mcp".into(),
             sid: Some("abc".into()),
             ver: Some("2025-11-25".into()),
             own: "gw-1".into(),

@@ -35,27 +35,37 @@ pub struct Expect<'a> {
     pub route: &'a str,
     pub method: &'a str,
     pub name: Option<&'a str>,
-    pub instance: &'a str,
     pub now: u64,
+}
+
+/// An opened envelope: where the retry goes and what it carries there.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Opened {
+    /// The instance that issued the state.
+    pub instance: String,
+    /// The upstream's `requestState`, as it sent it.
+    pub state: String,
 }
 
 pub use crate::bridge::Rejected;
 
-pub fn seal(sealer: &Sealer, expect: &Expect<'_>, upstream_state: &str) -> String {
+/// Seals the `requestState` that `instance` issued for the call `expect` describes.
+pub fn seal(sealer: &Sealer, expect: &Expect<'_>, instance: &str, upstream_state: &str) -> String {
     let env = Envelope {
         p: expect.principal.into(),
         r: expect.route.into(),
         m: expect.method.into(),
         n: expect.name.map(str::to_string),
-        i: expect.instance.into(),
+        i: instance.into(),
         exp: expect.now + TTL_SECS,
         s: upstream_state.into(),
     };
     sealer.seal(AAD, &serde_json::to_vec(&env).expect("serialises"))
 }
 
-/// The upstream's state inside `blob`, if the retry matches its bindings.
-pub fn open(sealer: &Sealer, blob: &str, expect: &Expect<'_>) -> Result<String, Rejected> {
+/// The upstream's state inside `blob` and the instance it came from, if the
+/// retry matches its bindings.
+pub fn open(sealer: &Sealer, blob: &str, expect: &Expect<'_>) -> Result<Opened, Rejected> {
     if blob.len() > MAX_ENVELOPE {
         return Err(Rejected::Invalid);
     }
@@ -64,17 +74,13 @@ pub fn open(sealer: &Sealer, blob: &str, expect: &Expect<'_>) -> Result<String, 
     if env.p != expect.principal {
         return Err(Rejected::WrongPrincipal);
     }
-    if env.r != expect.route
-        || env.m != expect.method
-        || env.n.as_deref() != expect.name
-        || env.i != expect.instance
-    {
+    if env.r != expect.route || env.m != expect.method || env.n.as_deref() != expect.name {
         return Err(Rejected::WrongRequest);
     }
     if expect.now >= env.exp {
         return Err(Rejected::Expired);
     }
-    Ok(env.s)
+    Ok(Opened { instance: env.i, state: env.s })
 }
 
 #[cfg(test)]
@@ -85,16 +91,10 @@ mod tests {
     #[test]
     fn the_upstream_state_comes_back_only_to_the_same_call() {
         let sealer = Sealer::new(vec![SealKey { id: "k".into(), bytes: [3; 32] }]);
-        let e = |principal, name| Expect {
-            principal,
-            route: "/mcp",
-            method: "tools/call",
-            name,
-            instance: "http://a/mcp",
-            now: 10,
-        };
-        let blob = seal(&sealer, &e("alice", Some("ask")), "opaque-upstream-state ✓");
-        assert_eq!(open(&sealer, &blob, &e("alice", Some("ask"))).unwrap(), "opaque-upstream-state ✓");
+        let e = |principal, name| Expect { principal, route: "/mcp", method: "tools/call", name, now: 10 };
+        let blob = seal(&sealer, &e("alice", Some("ask")), "http://a/mcp", "opaque-upstream-state ✓");
+        let opened = Opened { instance: "http://a/mcp".into(), state: "opaque-upstream-state ✓".into() };
+        assert_eq!(open(&sealer, &blob, &e("alice", Some("ask"))), Ok(opened));
         assert_eq!(open(&sealer, &blob, &e("bob", Some("ask"))), Err(Rejected::WrongPrincipal));
         assert_eq!(open(&sealer, &blob, &e("alice", Some("other"))), Err(Rejected::WrongRequest));
         let later = Expect { now: 10 + TTL_SECS, ..e("alice", Some("ask")) };

@@ -27,14 +27,15 @@ use crate::front::{Call, SUPPORTED_VERSIONS};
 use crate::metrics::ReasonLabels;
 use crate::reply::{self, Body};
 use crate::seal::Sealer;
-use crate::upstream::{h1, PostError, ACCEPT_BOTH};
+use crate::upstream::{h1, PostError, Transport, ACCEPT_BOTH};
 use envelope::{Expect, Rejected};
 
 pub struct Bridge {
     services: Arc<Services>,
 }
 
-/// What an upstream `requestState` is sealed with: the call's bindings.
+/// What an upstream `requestState` is sealed with: the call's bindings and
+/// the instance that answered.
 struct Binding {
     sealer: Arc<Sealer>,
     principal: String,
@@ -51,7 +52,6 @@ impl Binding {
             route: &self.route,
             method: self.method,
             name: self.name.as_deref(),
-            instance: &self.instance,
             now: crate::seal::unix_now(),
         }
     }
@@ -64,7 +64,7 @@ impl Binding {
         let Some((span, state)) = state_span(text, Holder::Result)? else {
             return Ok(None);
         };
-        let sealed = envelope::seal(&self.sealer, &self.expect(), &state);
+        let sealed = envelope::seal(&self.sealer, &self.expect(), &self.instance, &state);
         Ok(Some(splice(text, span, &sealed)))
     }
 }
@@ -140,7 +140,7 @@ impl Bridge {
             route: target.route.path.clone(),
             method: call.method.as_str(),
             name: call.name.clone(),
-            instance: target.instance.clone(),
+            instance: String::new(),
         };
         match self.pass(target, call, headers, body, binding, hold).await {
             Ok(resp) => (resp, "forwarded"),
@@ -153,21 +153,26 @@ impl Bridge {
         }
     }
 
-    async fn pass(
+    async fn pass<'t>(
         &self,
-        target: &Target,
+        target: &'t Target,
         call: &Call,
         headers: &http::HeaderMap,
         body: Bytes,
-        binding: Binding,
+        mut binding: Binding,
         hold: Box<dyn Any + Send + Sync>,
     ) -> Result<Response<Body>, Error> {
-        let body = match call.params.get("requestState") {
-            None => body,
+        // A retry goes back to the instance that issued its state; a new
+        // call to the next instance that is up.
+        let (body, pinned) = match call.params.get("requestState") {
+            None => (body, None),
             Some(Value::String(blob)) => {
-                let inner = envelope::open(&self.services.sealer, blob, &binding.expect())
+                let opened = envelope::open(&self.services.sealer, blob, &binding.expect())
                     .map_err(|why| self.rejected(target, why))?;
-                with_state(&body, &inner)?
+                let instance = target
+                    .instance(&opened.instance)
+                    .ok_or_else(|| self.rejected(target, Rejected::InstanceGone))?;
+                (with_state(&body, &opened.state)?, Some(instance))
             }
             Some(_) => return Err(self.rejected(target, Rejected::Invalid)),
         };
@@ -186,18 +191,34 @@ impl Bridge {
             true => Some(self.services.stream_place(&target.route.path, &binding.principal)?),
             false => None,
         };
-        let resp = match target.upstream.send_headers("POST", &out, &body).await {
-            // Not sent: safe to send once more.
-            Err(PostError::NotSent) => target.upstream.send_headers("POST", &out, &body).await,
-            other => other,
-        }
-        .map_err(|e| crate::upstream::map_post_error(e, true))?;
+        // Not sent: safe to send once more (to the next instance if this
+        // one could not be reached and the call is not pinned to it).
+        let (out, body) = (&out, &body);
+        let send = |upstream: &'t Transport| async move {
+            match upstream.send_headers("POST", out, body).await {
+                Err(PostError::NotSent) if upstream.health().is_up() => {
+                    upstream.send_headers("POST", out, body).await
+                }
+                other => other,
+            }
+        };
+        let (resp, upstream) = match pinned {
+            Some(upstream) => (send(upstream).await, upstream),
+            None => target.on_instance(send, |e| *e == PostError::NotSent).await,
+        };
+        let resp = match resp {
+            Err(PostError::NotSent) if pinned.is_some() => {
+                return Err(self.rejected(target, Rejected::InstanceGone))
+            }
+            other => other.map_err(|e| crate::upstream::map_post_error(e, true))?,
+        };
+        binding.instance = upstream.instance().to_string();
         let sse = resp.is_sse();
         if sse && (200..300).contains(&resp.status) {
             let stop = if listen { &self.services.draining } else { &self.services.shutdown };
             let mut relay = Relay::new(
                 resp.body,
-                target.upstream.max_response(),
+                upstream.max_response(),
                 self.services.keepalive,
                 stop.clone(),
                 Box::new((hold, place)),
@@ -209,14 +230,14 @@ impl Bridge {
             relay.rewrite = Some(Box::new(move |data: &str| binding.seal_in(data)));
             return Ok(relay.response(None));
         }
-        self.json_answer(target, resp, &binding).await
+        self.json_answer(upstream, resp, &binding).await
     }
 
     /// A JSON answer: passed as it is when it is a JSON-RPC message (any
     /// status), its `requestState` sealed; anything else is a gateway error.
     async fn json_answer(
         &self,
-        target: &Target,
+        upstream: &Transport,
         resp: h1::Response,
         binding: &Binding,
     ) -> Result<Response<Body>, Error> {
@@ -228,11 +249,8 @@ impl Bridge {
         if matches!(resp.status, 202 | 401 | 403 | 407) {
             return Err(Error::UpstreamInvalid("unexpected status"));
         }
-        let body = target
-            .upstream
-            .read_body(resp.body)
-            .await
-            .map_err(|e| crate::upstream::map_post_error(e, true))?;
+        let body =
+            upstream.read_body(resp.body).await.map_err(|e| crate::upstream::map_post_error(e, true))?;
         let invalid =
             || Error::UpstreamInvalid(if status.is_success() { "content type" } else { "error status" });
         let text = std::str::from_utf8(&body).map_err(|_| invalid())?;

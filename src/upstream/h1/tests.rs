@@ -216,11 +216,11 @@ async fn broken_responses_are_errors() {
 }
 
 #[tokio::test]
-async fn nothing_listening_is_not_sent_and_bad_headers_are_refused() {
+async fn nothing_listening_is_unreachable_and_bad_headers_are_refused() {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     drop(l);
-    assert!(matches!(client(addr).send("POST", &[], b"x").await, Err(Error::NotSent(_))));
+    assert!(matches!(client(addr).send("POST", &[], b"x").await, Err(Error::Unreachable(_))));
     let injected = client(addr).send("POST", &[("last-event-id", "1\r\nx: y")], b"x").await;
     assert!(matches!(injected, Err(Error::Request(_))));
 }

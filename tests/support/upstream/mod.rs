@@ -166,7 +166,12 @@ impl FakeUpstream {
     }
 
     pub async fn start(self) -> Upstream {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind fake");
+        self.start_at("127.0.0.1:0").await
+    }
+
+    /// Started on `addr` (an upstream instance restarted on its port).
+    pub async fn start_at(self, addr: &str) -> Upstream {
+        let listener = TcpListener::bind(addr).await.expect("bind fake");
         let url = format!("http://{}/mcp", listener.local_addr().unwrap());
         let shared = Arc::new(Shared {
             script: self,
