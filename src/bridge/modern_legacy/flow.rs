@@ -21,7 +21,7 @@ use crate::front::Call;
 use crate::metrics::{MethodLabels, Metrics, QuotaLabels, ReasonLabels};
 use crate::park;
 use crate::reply::Reply;
-use crate::upstream::transport::{SessionWire, Streams};
+use crate::upstream::transport::{PostError, SessionWire, Streams};
 
 /// Longest time an abandoned flow's upstream stream is read after its
 /// questions were declined, so the upstream can finish its call cleanly.
@@ -56,14 +56,21 @@ impl ParkedFlow {
         call::read_stream(&flight, &mut self.stream, reply).await
     }
 
-    /// Posts `answers` (input key → legacy result) for pending questions.
-    async fn deliver(&mut self, answers: BTreeMap<String, Value>) -> Result<(), Error> {
+    /// Posts `answers` (input key → legacy result) for pending questions;
+    /// one not sent is sent once more while the instance is up. The error:
+    /// `NotSent` when the instance could not be reached.
+    async fn deliver(&mut self, answers: BTreeMap<String, Value>) -> Result<(), PostError> {
+        let transport = &self.session.transport;
         for (key, result) in answers {
             let Some(question) = self.pending.remove(&key) else { continue };
             let response = json!({"jsonrpc": "2.0", "id": question.upstream_id, "result": result});
-            if let Err(e) = self.session.transport.post(&self.wire, &response).await {
+            let posted = match transport.post(&self.wire, &response).await {
+                Err(PostError::NotSent) if transport.health().is_up() => transport.post(&self.wire, &response).await,
+                other => other,
+            };
+            if let Err(e) = posted {
                 crate::log_limited!(tracing::Level::WARN, ?e, "could not deliver an answer upstream");
-                return Err(Error::OutcomeUnknown);
+                return Err(e);
             }
         }
         Ok(())
@@ -111,6 +118,16 @@ impl Bridge {
             .get_or_create(&ReasonLabels { route: cx.route.path.clone(), reason: why.reason() })
             .inc();
         why.error()
+    }
+
+    /// An answer that could not be delivered upstream: the instance holding
+    /// the call is gone (nothing was sent; the client starts again), or the
+    /// answer may have reached it (never sent twice).
+    fn undelivered(&self, cx: Ctx<'_>, e: PostError) -> Error {
+        match e {
+            PostError::NotSent => self.rejected(cx, state::Rejected::InstanceGone),
+            _ => Error::OutcomeUnknown,
+        }
     }
 
     fn count_parked(&self) {
@@ -207,7 +224,9 @@ impl Bridge {
                 return Err(e);
             }
         };
-        flow.deliver(answers).await?;
+        if let Err(e) = flow.deliver(answers).await {
+            return Err(self.undelivered(cx, e));
+        }
         let done = if flow.pending.is_empty() {
             flow.read_on(self, cx, reply).await
         } else {
@@ -396,7 +415,7 @@ impl Bridge {
             let known: BTreeMap<String, Value> =
                 flow.pending.keys().filter_map(|k| book.get(k).map(|a| (k.clone(), a.clone()))).collect();
             if let Err(e) = flow.deliver(known).await {
-                return Done::Failed(e);
+                return Done::Failed(self.undelivered(cx, e));
             }
             if flow.pending.is_empty() {
                 done = flow.read_on(self, cx, reply).await;
