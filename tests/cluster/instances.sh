@@ -22,9 +22,9 @@
 #      flow_lost|instance_unreachable; session: 404 -32001 with the request's id), at
 #      least one of each for both kinds, nothing else, no hang
 #   2c 20 new flows and 2d 5 new legacy sessions: all complete
-#   2e since 2b, instance 1 was counted for connection failures only, instance 2 took
-#      the work; sessionless_upstream_instance_up is 0 for instance 1 and 1 for
-#      instance 2 on both replicas
+#   2e since 2b, instance 1 answered nothing (counted for failed attempts at most),
+#      instance 2 took the work; sessionless_upstream_instance_up is 0 for instance 1
+#      and 1 for instance 2 on both replicas
 #   3a instance 1 restarted on its port: instance_up back to 1 on both replicas (the
 #      background probe) within 10 s
 #   3b 10 flows and 3c 10 legacy sessions complete, 3d spread over both instances again

@@ -23,8 +23,8 @@ chosen here and every answer's status and JSON-RPC error can be checked exactly.
         # since the snapshot, every replica sent requests to every instance, and each
         # instance took at least --min-share of them all
     python instances_client.py moved --replicas A,B --instances DEAD,LIVE --since FILE
-        # since the snapshot, DEAD took nothing but connection failures and LIVE took
-        # work; sessionless_upstream_instance_up is 0 for DEAD and 1 for LIVE on every replica
+        # since the snapshot, DEAD answered nothing (counted for failed attempts at most)
+        # and LIVE took work; sessionless_upstream_instance_up is 0 for DEAD and 1 for LIVE on every replica
     python instances_client.py up --replicas A,B --instances URL1,URL2 --wait 10
         # sessionless_upstream_instance_up is 1 for every instance on every replica
 
@@ -53,8 +53,9 @@ SESSION_NOT_FOUND = -32001
 
 REQUESTS = "sessionless_upstream_requests_total"
 INSTANCE_UP = "sessionless_upstream_instance_up"
-# What a dead instance may still be counted for: the connection attempts that found it gone.
-CONNECT_FAILURES = {"connect_error"}
+# A request the instance answered is counted under its status class (2xx, 4xx...);
+# a dead instance may be counted only for attempts that found it gone (connect_error).
+ANSWERED = re.compile(r"^\dxx$")
 
 
 # ---------------------------------------------------------------- legacy sessions
@@ -334,15 +335,15 @@ def wait_up(replicas: list[str], want: dict[str, float], secs: float) -> tuple[f
 def cmd_moved(a: argparse.Namespace) -> str:
     replicas, (dead, live), delta = since(a)
     stray = {r: delta.get(r, {}).get(dead, {}) for r in replicas}
-    worked = {r: {s: int(v) for s, v in st.items() if v and s not in CONNECT_FAILURES} for r, st in stray.items()}
-    if any(worked.values()):
-        raise Fail(f"the dead instance {dead} was counted for more than connection failures: {worked}")
+    answered = {r: {s: int(v) for s, v in st.items() if v and ANSWERED.match(s)} for r, st in stray.items()}
+    if any(answered.values()):
+        raise Fail(f"the dead instance {dead} was counted for answered requests: {answered}")
     took = total(delta, None, live)
     if took < a.min_live:
         raise Fail(f"the live instance {live} took {took} upstream requests, expected at least {a.min_live}")
-    refused = total(delta, None, dead)
+    failed = {r: {s: int(v) for s, v in st.items() if v} for r, st in stray.items()}
     waited, now = wait_up(replicas, {dead: 0, live: 1}, a.wait)
-    return (f"{live} took {took} upstream requests, {dead} {refused} connection failures and nothing else; "
+    return (f"{live} took {took} upstream requests; {dead} none answered, failed attempts {failed}; "
             f"{INSTANCE_UP} {now} (after {waited:.1f}s)")
 
 
