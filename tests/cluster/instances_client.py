@@ -39,6 +39,7 @@ import re
 import socket
 import sys
 import time
+from collections import Counter
 from typing import Any
 
 import rr_client as rr
@@ -159,7 +160,8 @@ def cmd_park(a: argparse.Namespace) -> str:
 
 
 def timed(fn, *args) -> tuple[str, float, str]:
-    """Runs fn: ("completed" | "error" | "other", seconds, detail); a hang fails at once."""
+    """Runs fn: (outcome, seconds, detail), the outcome "completed", "error" (the clear
+    one) or the shape of anything else (`STATUS CODE REASON`); a hang fails at once."""
     started = time.monotonic()
     outcome, detail = "completed", ""
     try:
@@ -168,8 +170,10 @@ def timed(fn, *args) -> tuple[str, float, str]:
         outcome, detail = "error", str(e)
     except (socket.timeout, TimeoutError) as e:
         raise Fail(f"no answer within {rr.TIMEOUT:.0f}s ({e})") from e
-    except (Fail, OSError, ValueError) as e:
-        outcome, detail = "other", f"{type(e).__name__}: {e}"
+    except Fail as e:
+        outcome, detail = (e.answer.shape() if e.answer else "unexpected answer"), str(e)
+    except (OSError, ValueError) as e:
+        outcome, detail = type(e).__name__, str(e)
     return outcome, time.monotonic() - started, detail
 
 
@@ -179,7 +183,7 @@ def cmd_settle(a: argparse.Namespace) -> str:
         held = json.load(f)
     content = json.loads(a.answer)
     problems: dict[str, list[str]] = {}
-    tally: dict[str, dict[str, int]] = {}
+    tally: dict[str, Counter[str]] = {}
     slowest = 0.0
 
     def retry(i: int, flow: dict[str, Any]) -> None:
@@ -195,7 +199,7 @@ def cmd_settle(a: argparse.Namespace) -> str:
                     f"session {i} (initialize on {session['owner']})")
 
     for kind, items, fn in (("flows", held["flows"], retry), ("sessions", held["sessions"], resume)):
-        counts = tally.setdefault(kind, {"completed": 0, "error": 0, "other": 0})
+        counts = tally.setdefault(kind, Counter(completed=0, error=0))
         for i, item in enumerate(items):
             try:
                 outcome, took, detail = timed(fn, i, item)
@@ -203,13 +207,16 @@ def cmd_settle(a: argparse.Namespace) -> str:
                 raise Fail(f"{kind[:-1]} {i} hung: {e}") from e
             slowest = max(slowest, took)
             counts[outcome] += 1
-            if outcome == "other":
+            if outcome not in ("completed", "error"):
                 problems.setdefault(kind, []).append(f"{kind[:-1]} {i}: {detail}")
     figures = "; ".join(
-        f"{k}: {v['completed']} completed, {v['error']} clear errors, {v['other']} other answers" for k, v in tally.items()
+        f"{kind}: {c['completed']} completed, {c['error']} clear errors"
+        + "".join(f", {n} answered {shape}" for shape, n in c.items() if shape not in ("completed", "error"))
+        for kind, c in tally.items()
     )
     if problems:
-        raise Fail(f"not settled cleanly ({figures}), e.g. " + "; ".join(p[0] for p in problems.values()))
+        raise Fail(f"not settled cleanly ({figures}; slowest answer {slowest:.2f}s), e.g. "
+                   + "; ".join(p[0] for p in problems.values()))
     for kind, counts in tally.items():
         if counts["completed"] == 0 or counts["error"] == 0:
             raise Fail(f"{kind} were not spread over the instances: {figures} (need at least one of each)")

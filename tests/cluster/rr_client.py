@@ -36,7 +36,9 @@ _ids = itertools.count(1)
 
 
 class Fail(Exception):
-    pass
+    def __init__(self, message: str, answer: Answer | None = None) -> None:
+        super().__init__(message)
+        self.answer = answer  # the unexpected answer, when there is one
 
 
 class Answer:
@@ -69,12 +71,16 @@ class Answer:
 
     def result(self) -> dict[str, Any]:
         if self.status != 200 or not isinstance(self.body, dict) or "result" not in self.body:
-            raise Fail(f"expected a result, got {self.short()}")
+            raise Fail(f"expected a result, got {self.short()}", self)
         return self.body["result"]
 
     def error(self) -> tuple[int, int | None, str | None]:
         err = (self.body or {}).get("error") or {}
         return self.status, err.get("code"), (err.get("data") or {}).get("reason")
+
+    def shape(self) -> str:
+        """`STATUS CODE REASON` of an error answer (`None` for what it lacks)."""
+        return " ".join(str(part) for part in self.error())
 
 
 class NotDelivered(Exception):
