@@ -123,6 +123,8 @@ pub struct Metrics {
     pub session_tokens_rejected: Family<ReasonLabels, Counter>,
     pub upstream_generation: Family<GenerationLabels, Gauge>,
     pub upstream_instance_up: Family<InstanceLabels, Gauge>,
+    pub questions_pushed: Family<MethodLabels, Counter>,
+    pub answers_routed: Family<ReasonLabels, Counter>,
 }
 
 fn duration_histogram() -> Histogram {
@@ -156,6 +158,8 @@ impl Metrics {
             session_tokens_rejected: Family::default(),
             upstream_generation: Family::default(),
             upstream_instance_up: Family::default(),
+            questions_pushed: Family::default(),
+            answers_routed: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("sessionless");
         r.register("requests", "Client requests by generation and outcome", m.requests.clone());
@@ -241,6 +245,16 @@ impl Metrics {
             "upstream_instance_up",
             "1 while an upstream instance takes new work, 0 from a failed connection until a probe finds it answering",
             m.upstream_instance_up.clone(),
+        );
+        r.register(
+            "legacy_questions_pushed",
+            "Questions of a 2026 upstream (input_required) pushed to legacy clients as server requests, by method",
+            m.questions_pushed.clone(),
+        );
+        r.register(
+            "legacy_answers_routed",
+            "Legacy clients' answers to pushed questions, by where they went: here, forwarded, received (from another replica), no_round, owner_gone, no_owner",
+            m.answers_routed.clone(),
         );
         m
     }

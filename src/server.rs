@@ -17,7 +17,8 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use crate::bridge::{
-    legacy_legacy, modern_legacy, modern_modern, Caller, Cell, Generation, Services, Target, Targets,
+    legacy_legacy, legacy_modern, modern_legacy, modern_modern, Caller, Cell, Generation, Services, Target,
+    Targets,
 };
 use crate::cluster;
 use crate::config::{Config, ConnLimits};
@@ -38,6 +39,7 @@ pub struct Gateway {
     modern_legacy: Arc<modern_legacy::Bridge>,
     legacy_legacy: legacy_legacy::Bridge,
     modern_modern: modern_modern::Bridge,
+    legacy_modern: Arc<legacy_modern::Bridge>,
     metrics: Metrics,
     registry: Registry,
     draining: AtomicBool,
@@ -65,6 +67,7 @@ impl Gateway {
             modern_legacy: Arc::new(modern_legacy::Bridge::new(&config, services.clone())),
             legacy_legacy: legacy_legacy::Bridge::new(&config, services.clone()),
             modern_modern: modern_modern::Bridge::new(services.clone()),
+            legacy_modern: Arc::new(legacy_modern::Bridge::new(&config, services.clone())),
             config: Arc::new(config),
             targets,
             services,
@@ -87,7 +90,9 @@ impl Gateway {
         // Long-lived streams end now, so that their clients reconnect elsewhere.
         self.services.draining.cancel();
         let until = tokio::time::Instant::now() + deadline;
-        let busy = || self.modern_legacy.parked_flows() + self.legacy_legacy.streaming();
+        let busy = || {
+            self.modern_legacy.parked_flows() + self.legacy_legacy.streaming() + self.legacy_modern.waiting()
+        };
         while busy() > 0 && tokio::time::Instant::now() < until {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
@@ -222,10 +227,11 @@ impl Gateway {
                 return self.reject_as(generation, &target, id.as_ref(), &e, started);
             }
         };
-        match Cell::of(generation, upstream) {
+        match Cell::of(generation, upstream, target.translates_legacy()) {
             cell @ (Cell::ModernLegacy | Cell::ModernModern) => {
                 self.dispatch(cell, target, caller, admission, started).await
             }
+            Cell::LegacyModern => self.translate(target, caller, admission, started).await,
             Cell::LegacyLegacy => {
                 // The relay never forwards the body again: its budget share
                 // goes back once the body is sent, not when a streamed
@@ -257,12 +263,24 @@ impl Gateway {
         let Ok(permit) = self.limit.clone().try_acquire_owned() else {
             return self.reject_as(Generation::Legacy, target, None, &Error::Overloaded, started);
         };
-        match Cell::of(Generation::Legacy, upstream) {
+        match Cell::of(Generation::Legacy, upstream, target.translates_legacy()) {
             Cell::LegacyLegacy => {
                 let permit = Box::new(permit);
                 self.legacy_legacy
                     .session_verb(target, upstream, &parts.method, caller, permit, started)
                     .await
+            }
+            Cell::LegacyModern => {
+                let get = parts.method == http::Method::GET;
+                match self.legacy_modern.session_verb(target, &caller, get) {
+                    Ok(resp) => {
+                        let label = if get { "GET" } else { "DELETE" };
+                        let cell = (Generation::Legacy, Generation::Modern);
+                        self.services.count(&target.route.path, cell, label, "ok", started);
+                        resp
+                    }
+                    Err(e) => self.reject_as(Generation::Legacy, target, None, &e, started),
+                }
             }
             // No session verbs on the modern cells: what a 2026 endpoint says.
             Cell::ModernLegacy | Cell::ModernModern => {
@@ -322,6 +340,10 @@ impl Gateway {
         let Some(target) = self.targets.get(&head.route).cloned() else {
             return Ok(gate.refuse(cluster::Refused::UnknownRoute));
         };
+        // A legacy client's answer to a question pushed on a stream here.
+        if self.legacy_modern.take_forwarded(&target, &head.principal, &body) {
+            return Ok(reply::empty(StatusCode::ACCEPTED));
+        }
         let Ok(Message::Call(call)) = front::parse(&headers, &body) else {
             return Ok(gate.refuse(cluster::Refused::NotARetry));
         };
@@ -417,14 +439,30 @@ impl Gateway {
             );
             drop(admission);
         });
-        let answer = Inline { work: Some(work), answer }.await;
-        match answer {
-            Ok(resp) => resp,
-            Err(_) => reply::json_response(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &error_body(None, &Error::Internal("reply dropped".into()), SUPPORTED_VERSIONS),
-            ),
-        }
+        answer_of(work, answer).await
+    }
+
+    /// A legacy client's message on a 2026 upstream: translated. The
+    /// concurrency permit lives as long as the answer (a round of questions
+    /// may keep it streaming).
+    async fn translate(
+        self: Arc<Self>,
+        target: Arc<Target>,
+        caller: Caller,
+        admission: Admission,
+        started: Instant,
+    ) -> Response<Body> {
+        let (reply, answer) = Reply::new(crate::guard::accepts_sse(&caller.headers));
+        let gateway = self.clone();
+        let work: Work = Box::pin(async move {
+            let (label, outcome) = gateway.legacy_modern.post(&target, &caller, reply).await;
+            drop(caller);
+            target.observed(outcome);
+            let cell = (Generation::Legacy, Generation::Modern);
+            gateway.services.count(&target.route.path, cell, label, outcome, started);
+            drop(admission);
+        });
+        answer_of(work, answer).await
     }
 
     fn count_stale_headers(&self, headers: &HeaderMap) {
@@ -435,6 +473,18 @@ impl Gateway {
                 self.metrics.stale_headers_dropped.get_or_create(&HeaderLabels { header: label }).inc();
             }
         }
+    }
+}
+
+/// Runs `work` until it has written its answer (then on in a task of its
+/// own if it goes on streaming); the answer.
+async fn answer_of(work: Work, answer: tokio::sync::oneshot::Receiver<Response<Body>>) -> Response<Body> {
+    match (Inline { work: Some(work), answer }).await {
+        Ok(resp) => resp,
+        Err(_) => reply::json_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &error_body(None, &Error::Internal("reply dropped".into()), SUPPORTED_VERSIONS),
+        ),
     }
 }
 

@@ -8,10 +8,11 @@
 //!
 //! | client ↓ upstream → | legacy | modern |
 //! |---|---|---|
-//! | modern | [`modern_legacy`] | (to come) |
-//! | legacy | [`legacy_legacy`] | (to come) |
+//! | modern | [`modern_legacy`] | [`modern_modern`] |
+//! | legacy | [`legacy_legacy`] | [`legacy_modern`] (or relayed to one that serves both eras) |
 
 pub mod legacy_legacy;
+pub mod legacy_modern;
 pub mod modern_modern;
 mod rejected;
 pub mod relay;
@@ -41,16 +42,21 @@ pub enum Cell {
     LegacyLegacy,
     /// A 2026 client on a 2026 upstream: passed through, `requestState` enveloped.
     ModernModern,
+    /// A session client on a 2026 upstream: each request a stateless call,
+    /// questions pushed on the client's stream.
+    LegacyModern,
 }
 
 impl Cell {
     /// The cell for a client message of generation `client` on an upstream
-    /// of generation `upstream`.
-    pub fn of(client: Generation, upstream: Generation) -> Cell {
+    /// of generation `upstream`; `translate`: legacy clients of a modern
+    /// upstream are translated (it serves only 2026, or is configured so).
+    pub fn of(client: Generation, upstream: Generation, translate: bool) -> Cell {
         match (client, upstream) {
             (Generation::Modern, Generation::Legacy) => Cell::ModernLegacy,
             (Generation::Modern, Generation::Modern) => Cell::ModernModern,
             (Generation::Legacy, Generation::Legacy) => Cell::LegacyLegacy,
+            (Generation::Legacy, Generation::Modern) if translate => Cell::LegacyModern,
             // A modern server that also serves the session era (the SDK v2
             // servers) takes legacy clients as they are.
             (Generation::Legacy, Generation::Modern) => Cell::LegacyLegacy,

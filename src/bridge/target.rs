@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::Generation;
-use crate::config::{Config, Route, UpstreamGeneration};
+use crate::config::{Config, LegacyClientMode, Route, UpstreamGeneration};
 use crate::error::Error;
 use crate::metrics::{GenerationLabels, Metrics};
 use crate::upstream::probe::{self, Found};
@@ -76,6 +76,13 @@ impl Target {
             // Only a probe takes a turn of the round-robin.
             _ => self.detected.generation(self.pick()).await,
         }
+    }
+
+    /// Whether legacy clients are translated into stateless calls (a 2026
+    /// upstream that serves only that era, or one configured so) rather
+    /// than relayed to the upstream's own session support.
+    pub fn translates_legacy(&self) -> bool {
+        self.route.upstream.legacy_clients == LegacyClientMode::Translate || self.detected.modern_only()
     }
 
     /// Takes note of a request's outcome: an upstream that could not be
@@ -169,6 +176,9 @@ const REFUSED_RECHECK: Duration = Duration::from_secs(30);
 pub struct Detected {
     auto: bool,
     state: AtomicU8,
+    /// A modern upstream found to list no 2025 version: it cannot serve
+    /// legacy clients itself.
+    modern_only: std::sync::atomic::AtomicBool,
     /// Held while a probe runs (one at a time); the last failed probe.
     probing: tokio::sync::Mutex<Option<Instant>>,
     /// What a refused upstream speaks, for `/readyz` and the logs, and when.
@@ -188,6 +198,7 @@ impl Detected {
         let d = Detected {
             auto: setting == UpstreamGeneration::Auto,
             state: AtomicU8::new(state),
+            modern_only: std::sync::atomic::AtomicBool::new(false),
             probing: tokio::sync::Mutex::new(None),
             refused: Mutex::new((Vec::new(), None)),
             metrics,
@@ -196,6 +207,11 @@ impl Detected {
         };
         d.export(state);
         d
+    }
+
+    /// Whether the upstream was found to speak only the stateless era.
+    pub fn modern_only(&self) -> bool {
+        self.modern_only.load(Ordering::Acquire)
     }
 
     /// What is known now, without asking: `None` before the first probe.
@@ -252,7 +268,10 @@ impl Detected {
     fn settle(&self, found: Found) {
         let state = match &found {
             Found::Legacy => LEGACY,
-            Found::Modern => MODERN,
+            Found::Modern { legacy_too } => {
+                self.modern_only.store(!legacy_too, Ordering::Release);
+                MODERN
+            }
             Found::OtherRevision(supported) => {
                 if let Ok(mut r) = self.refused.lock() {
                     *r = (supported.clone(), Some(Instant::now()));

@@ -101,10 +101,23 @@ pub struct Upstream {
     pub urls: Vec<Uri>,
     /// Which generation the upstream speaks, or how to find out.
     pub generation: UpstreamGeneration,
+    /// How legacy clients reach a 2026 upstream that also serves them.
+    pub legacy_clients: LegacyClientMode,
     pub protocol_version: String,
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
     pub call_timeout: Duration,
+}
+
+/// `legacy_clients` in an upstream's configuration: for a 2026 upstream
+/// that also serves the session era (one that serves only 2026 is always
+/// translated).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LegacyClientMode {
+    /// To the upstream's own session support.
+    Relay,
+    /// As stateless 2026 calls, their sessions kept in sealed tokens.
+    Translate,
 }
 
 /// `generation` in an upstream's configuration.
@@ -212,6 +225,7 @@ impl Config {
                 name: "default".into(),
                 url: Some(upstream.into()),
                 urls: None,
+                legacy_clients: None,
                 protocol_version: None,
                 generation: None,
                 connect_timeout_ms: None,
@@ -416,10 +430,21 @@ fn upstream(u: &raw::RawUpstream, text: &str) -> Result<Upstream, ConfigError> {
             )))
         }
     };
+    let legacy_clients = match u.legacy_clients.as_deref() {
+        None | Some("relay") => LegacyClientMode::Relay,
+        Some("translate") => LegacyClientMode::Translate,
+        Some(other) => {
+            return Err(ConfigError(format!(
+                "{}legacy_clients must be \"relay\" or \"translate\", not `{other}`",
+                at(text, "legacy_clients")
+            )))
+        }
+    };
     Ok(Upstream {
         name: u.name.clone(),
         urls,
         generation,
+        legacy_clients,
         protocol_version,
         connect_timeout: ms(u.connect_timeout_ms, 5_000),
         response_timeout: ms(u.response_timeout_ms, 30_000),

@@ -66,6 +66,9 @@ pub struct RawUpstream {
     pub protocol_version: Option<String>,
     /// "auto" (default: found by probing `server/discover`), "legacy" or "modern".
     pub generation: Option<String>,
+    /// "relay" (default) or "translate": legacy clients of a 2026 upstream
+    /// that also serves them.
+    pub legacy_clients: Option<String>,
     pub connect_timeout_ms: Option<u64>,
     /// Time allowed until the upstream starts answering a request.
     pub response_timeout_ms: Option<u64>,

@@ -63,6 +63,30 @@ pub fn decode_value(raw: &str) -> Result<Cow<'_, str>, Error> {
     Ok(Cow::Borrowed(raw))
 }
 
+/// A value as a header carries it: as it is when it is plain printable
+/// ASCII without surrounding whitespace, else in the `=?base64?…?=` form
+/// (so is a plain value that looks like that form).
+pub fn encode_value(value: &str) -> Cow<'_, str> {
+    let plain = value.bytes().all(|b| (0x20..0x7f).contains(&b))
+        && value.trim() == value
+        && !(value.starts_with("=?base64?") && value.ends_with("?="));
+    if plain {
+        return Cow::Borrowed(value);
+    }
+    Cow::Owned(format!("=?base64?{}?=", base64::engine::general_purpose::STANDARD.encode(value)))
+}
+
+/// The `Mcp-Param-*` value of a tool argument: strings as they are,
+/// integers in decimal, booleans; `None` for anything else (or null).
+pub fn param_value(value: &Value) -> Option<Cow<'_, str>> {
+    match value {
+        Value::String(s) => Some(encode_value(s)),
+        Value::Bool(b) => Some(Cow::Borrowed(if *b { "true" } else { "false" })),
+        Value::Number(n) => n.as_i64().map(|i| Cow::Owned(i.to_string())),
+        _ => None,
+    }
+}
+
 /// Checks one mirrored header against the body's value: missing or different → -32020.
 pub fn expect_mirror(headers: &HeaderMap, name: &HeaderName, body_value: &str) -> Result<(), Error> {
     let Some(raw) = text(headers, name)? else {
@@ -163,6 +187,22 @@ mod tests {
             h.insert(*k, v.parse().unwrap());
         }
         h
+    }
+
+    #[test]
+    fn values_are_encoded_when_not_plain_and_decode_back() {
+        for plain in ["tools/call", "a b", "=?base64?x"] {
+            assert_eq!(encode_value(plain), plain);
+        }
+        for odd in [" lead", "trail ", "ünï", "line\nbreak", "=?base64?aGk=?="] {
+            let encoded = encode_value(odd);
+            assert!(encoded.starts_with("=?base64?"), "{odd:?} → {encoded}");
+            assert_eq!(decode_value(&encoded).unwrap(), odd);
+        }
+        assert_eq!(param_value(&json!(42)).unwrap(), "42");
+        assert_eq!(param_value(&json!(true)).unwrap(), "true");
+        assert_eq!(param_value(&json!(1.5)), None);
+        assert_eq!(param_value(&json!(null)), None);
     }
 
     #[test]

@@ -14,7 +14,11 @@ use crate::front::MODERN_VERSION;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Found {
     Legacy,
-    Modern,
+    /// A 2026-07-28 server; `legacy_too` when its discover result also
+    /// lists a 2025 version (it serves the session era as well).
+    Modern {
+        legacy_too: bool,
+    },
     /// A 2026-era server that does not speak our revision; what it does speak.
     OtherRevision(Vec<String>),
 }
@@ -84,7 +88,9 @@ fn classify(status: u16, msg: &Value) -> Result<Found, PostError> {
     if (200..300).contains(&status) {
         let supported = versions(msg.pointer("/result/supportedVersions"));
         if supported.iter().any(|v| v == MODERN_VERSION) {
-            return Ok(Found::Modern);
+            let legacy_too =
+                supported.iter().any(|v| crate::front::generation::LEGACY_VERSIONS.contains(&v.as_str()));
+            return Ok(Found::Modern { legacy_too });
         }
     }
     if msg.pointer("/error/code").and_then(Value::as_i64) == Some(crate::error::code::UNSUPPORTED_VERSION) {
@@ -116,7 +122,7 @@ mod tests {
     fn answers_are_classified() {
         let discover = json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "complete",
             "supportedVersions": ["2026-07-28", "2025-11-25"], "capabilities": {}}});
-        assert_eq!(classify(200, &discover), Ok(Found::Modern));
+        assert_eq!(classify(200, &discover), Ok(Found::Modern { legacy_too: true }));
         let future = json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32022, "message": "no",
             "data": {"supported": ["2027-03-01"], "requested": "2026-07-28"}}});
         assert_eq!(classify(400, &future), Ok(Found::OtherRevision(vec!["2027-03-01".into()])));
@@ -142,6 +148,6 @@ mod tests {
     #[test]
     fn the_message_is_found_in_sse_too() {
         let body = b"id: 1\ndata: \n\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"supportedVersions\":[\"2026-07-28\"]}}\n\n";
-        assert_eq!(classify(200, &message(body, true)), Ok(Found::Modern));
+        assert_eq!(classify(200, &message(body, true)), Ok(Found::Modern { legacy_too: false }));
     }
 }

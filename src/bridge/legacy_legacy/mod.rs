@@ -12,7 +12,7 @@
 //! the client abandons. Bounded by the rate of new sessions (per principal
 //! and overall), body and event sizes, timeouts and the stream slots.
 
-mod quota;
+pub(super) mod quota;
 
 pub mod token;
 
@@ -74,12 +74,12 @@ impl Drop for Streaming {
 /// What the relay reads of a client message: enough to answer errors with
 /// the right id and to label metrics; the message itself goes on untouched.
 #[derive(Debug)]
-struct Peeked {
+pub(super) struct Peeked {
     /// The request id, when it is a single request with a usable id.
-    id: Option<Value>,
+    pub id: Option<Value>,
     /// A bounded metrics label.
-    label: &'static str,
-    initialize: bool,
+    pub label: &'static str,
+    pub initialize: bool,
 }
 
 #[derive(Deserialize)]
@@ -95,7 +95,7 @@ struct Envelope<'a> {
 }
 
 impl Peeked {
-    fn of(body: &[u8]) -> Result<Peeked, Error> {
+    pub fn of(body: &[u8]) -> Result<Peeked, Error> {
         // Read without building a tree: the body goes on as it came. A
         // struct read checks the whole document's syntax too.
         let env = match serde_json::from_slice::<Envelope<'_>>(body) {
@@ -154,7 +154,7 @@ fn method_label(method: &str) -> &'static str {
 }
 
 /// The versions a client may ask for at `initialize`, as a bounded label.
-fn version_label(requested: Option<&str>) -> &'static str {
+pub(super) fn version_label(requested: Option<&str>) -> &'static str {
     const KNOWN: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"];
     match requested {
         None => "none",
@@ -399,6 +399,7 @@ impl Bridge {
             p: caller.principal.clone(),
             iat: now,
             exp: now + self.session_ttl.as_secs(),
+            t: None,
         };
         let token = token::issue(&self.services.sealer, &claims);
         let token = HeaderValue::from_str(&token).expect("base64url is a valid header value");
@@ -578,14 +579,12 @@ impl Bridge {
     /// The claims of the request's session token and the instance holding
     /// the session, or why it is refused (404).
     fn session<'t>(&self, target: &'t Target, caller: &Caller) -> Result<(Claims, &'t Transport), Error> {
-        let mut ids = caller.headers.get_all(&SESSION_ID).iter();
-        let (Some(id), None) = (ids.next(), ids.next()) else {
-            return Err(self.reject(target, Rejected::Invalid));
-        };
-        let id = id.to_str().map_err(|_| self.reject(target, Rejected::Invalid))?;
-        let now = crate::seal::unix_now();
-        let claims = token::open(&self.services.sealer, id, &target.route.path, &caller.principal, now)
-            .map_err(|why| self.reject(target, why))?;
+        let claims =
+            token::of_request(&self.services.sealer, &caller.headers, &target.route.path, &caller.principal)
+                .map_err(|why| self.reject(target, why))?;
+        if claims.t.is_some() {
+            return Err(self.reject(target, Rejected::OtherCell));
+        }
         let upstream =
             target.instance(&claims.i).ok_or_else(|| self.reject(target, Rejected::OtherInstance))?;
         Ok((claims, upstream))

@@ -25,6 +25,19 @@ pub struct Claims {
     /// Issued and expiring, Unix seconds.
     pub iat: u64,
     pub exp: u64,
+    /// A session the gateway keeps for a 2026 upstream (translated, no
+    /// upstream session): what the client declared at `initialize`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub t: Option<Translated>,
+}
+
+/// What a translated session's requests carry upstream in `_meta`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Translated {
+    /// The client's capabilities (the questions it can answer).
+    pub c: serde_json::Value,
+    /// The client's `clientInfo` (name and version).
+    pub ci: serde_json::Value,
 }
 
 /// Why a token was refused (a metrics label; the client always sees 404).
@@ -37,6 +50,9 @@ pub enum Rejected {
     OtherPrincipal,
     /// Sealed for an upstream instance this route no longer has.
     OtherInstance,
+    /// A relayed session's token on a route whose legacy clients are now
+    /// translated, or the reverse (the upstream changed).
+    OtherCell,
 }
 
 impl Rejected {
@@ -47,6 +63,7 @@ impl Rejected {
             Rejected::OtherRoute => "other_route",
             Rejected::OtherPrincipal => "other_principal",
             Rejected::OtherInstance => "other_instance",
+            Rejected::OtherCell => "other_cell",
         }
     }
 }
@@ -86,6 +103,22 @@ pub fn open(
     Ok(claims)
 }
 
+/// The claims of a request's `Mcp-Session-Id` (exactly one, visible ASCII),
+/// opened for `route` and `principal` now.
+pub fn of_request(
+    sealer: &Sealer,
+    headers: &http::HeaderMap,
+    route: &str,
+    principal: &str,
+) -> Result<Claims, Rejected> {
+    let mut ids = headers.get_all(&crate::front::headers::SESSION_ID).iter();
+    let (Some(id), None) = (ids.next(), ids.next()) else {
+        return Err(Rejected::Invalid);
+    };
+    let id = id.to_str().map_err(|_| Rejected::Invalid)?;
+    open(sealer, id, route, principal, crate::seal::unix_now())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,6 +137,7 @@ mod tests {
             p: "anonymous".into(),
             iat: 100,
             exp: 200,
+            t: None,
         }
     }
 

@@ -65,7 +65,9 @@ impl ParkedFlow {
             let Some(question) = self.pending.remove(&key) else { continue };
             let response = json!({"jsonrpc": "2.0", "id": question.upstream_id, "result": result});
             let posted = match transport.post(&self.wire, &response).await {
-                Err(PostError::NotSent) if transport.health().is_up() => transport.post(&self.wire, &response).await,
+                Err(PostError::NotSent) if transport.health().is_up() => {
+                    transport.post(&self.wire, &response).await
+                }
                 other => other,
             };
             if let Err(e) = posted {

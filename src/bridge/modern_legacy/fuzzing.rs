@@ -80,6 +80,7 @@ impl Default for Seals {
             Caller { principal: "anonymous".into(), headers, body: Default::default(), forwarded: false };
         let state = FlowState {
             r: "/mcp".into(),
+            i: String::new(),
             sid: Some("s".into()),
             ver: None,
             own: "gw".into(),
@@ -153,6 +154,7 @@ impl Seals {
             p: self.caller.principal.clone(),
             iat: 0,
             exp: u64::MAX,
+            t: None,
         }
     }
 

@@ -10,7 +10,7 @@ mod mrtr;
 mod pool;
 mod session;
 mod state;
-mod tool_headers;
+pub(crate) mod tool_headers;
 mod translate;
 
 use std::sync::Arc;

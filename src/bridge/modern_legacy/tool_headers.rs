@@ -17,7 +17,7 @@ const TTL: Duration = Duration::from_secs(60);
 const MAX_PAGES: usize = 20;
 
 /// Tool name → (header name, property) pairs.
-type Annotations = Arc<HashMap<String, Vec<(String, String)>>>;
+pub type Annotations = Arc<HashMap<String, Vec<(String, String)>>>;
 
 /// At most this many (route, principal) entries, and this many bytes: the
 /// principal comes from the client.
@@ -59,7 +59,8 @@ impl quick_cache::Weighter<Key, (Instant, Annotations)> for ByBytes {
     }
 }
 
-fn annotations(tools: &[Value], into: &mut HashMap<String, Vec<(String, String)>>) {
+/// Adds the annotated tools of one page of a tool list to `into`.
+pub fn annotations(tools: &[Value], into: &mut HashMap<String, Vec<(String, String)>>) {
     for tool in tools {
         let (Some(name), Some(schema)) = (tool.get("name").and_then(Value::as_str), tool.get("inputSchema"))
         else {
@@ -73,6 +74,16 @@ fn annotations(tools: &[Value], into: &mut HashMap<String, Vec<(String, String)>
 }
 
 impl Cache {
+    /// The annotations known for `route` and `principal`, if fresh.
+    pub fn cached(&self, route: &str, principal: &str) -> Option<Annotations> {
+        let key = (route.to_string(), principal.to_string());
+        self.map.get(&key).filter(|e| e.0.elapsed() < TTL).map(|e| e.1)
+    }
+
+    pub fn remember(&self, route: &str, principal: &str, tools: Annotations) {
+        self.map.insert((route.to_string(), principal.to_string()), (Instant::now(), tools));
+    }
+
     /// Remembers a complete (unpaginated) tool list seen on its way to a client.
     pub fn learn(&self, session: &Session, caller: &Caller, result: &Map<String, Value>) {
         if result.contains_key("nextCursor") {
@@ -83,8 +94,7 @@ impl Cache {
         };
         let mut map = HashMap::new();
         annotations(tools, &mut map);
-        let key = (session.key.route.clone(), caller.principal.clone());
-        self.map.insert(key, (Instant::now(), Arc::new(map)));
+        self.remember(&session.key.route, &caller.principal, Arc::new(map));
     }
 
     /// Checks the call's `Mcp-Param-*` headers against the tool's annotations.
@@ -95,9 +105,7 @@ impl Cache {
         caller: &Caller,
         timeout: Duration,
     ) -> Result<(), Error> {
-        let key = (session.key.route.clone(), caller.principal.clone());
-        let cached = self.map.get(&key).filter(|e| e.0.elapsed() < TTL).map(|e| e.1);
-        let tools = match cached {
+        let tools = match self.cached(&session.key.route, &caller.principal) {
             Some(t) => t,
             None => {
                 let Some(t) = Box::pin(fetch(session, timeout)).await else {
@@ -108,7 +116,7 @@ impl Cache {
                     );
                     return Ok(());
                 };
-                self.map.insert(key, (Instant::now(), t.clone()));
+                self.remember(&session.key.route, &caller.principal, t.clone());
                 t
             }
         };

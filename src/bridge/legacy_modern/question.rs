@@ -1,0 +1,145 @@
+//! Questions a 2026 upstream asks (`input_required`), pushed to a legacy
+//! client as server-initiated requests on the SSE answer to its POST.
+//!
+//! Each pushed request's JSON-RPC id is a sealed token (purpose label
+//! `legacy-question`) naming the replica that holds the stream (its instance
+//! id and internal address), the round, the input key, the route, the
+//! principal and an expiry. The client's answer may reach any replica: it
+//! opens the id, and delivers the answer to the waiting round here or
+//! forwards it, signed, to the replica named (never to an address the client
+//! chose: the id is sealed). Rounds wait in [`Rounds`], each holding a place
+//! of the shared parking places (global and per-principal caps).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::seal::Sealer;
+
+/// The purpose label: no other sealed value opens as a question id.
+const AAD: &[u8] = b"legacy-question\0v1";
+/// Question ids longer than this are not opened.
+const MAX_ID: usize = 1024;
+
+/// What a pushed question's id holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuestionId {
+    /// The replica holding the client's stream: instance id, internal address.
+    pub o: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oa: Option<String>,
+    /// The round and the upstream's input key.
+    pub f: String,
+    pub k: String,
+    /// Route and principal the session belongs to.
+    pub r: String,
+    pub p: String,
+    /// Expiry, Unix seconds.
+    pub exp: u64,
+}
+
+pub fn mint(sealer: &Sealer, q: &QuestionId) -> String {
+    sealer.seal(AAD, &serde_json::to_vec(q).expect("serialises"))
+}
+
+/// Opens an answer's id, for `route` and `principal`; `None` when it is not
+/// one of ours, or not theirs, or expired.
+pub fn open(sealer: &Sealer, id: &str, route: &str, principal: &str) -> Option<QuestionId> {
+    if id.len() > MAX_ID {
+        return None;
+    }
+    let q: QuestionId = serde_json::from_slice(&sealer.open(AAD, id).ok()?).ok()?;
+    (q.r == route && q.p == principal && crate::seal::unix_now() < q.exp).then_some(q)
+}
+
+/// A client's answer to one question: its `result`, or its `error`.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub key: String,
+    pub outcome: Result<Value, Value>,
+}
+
+/// Rounds waiting for their answers on this replica.
+#[derive(Default)]
+pub struct Rounds {
+    waiting: Mutex<HashMap<String, mpsc::Sender<Answer>>>,
+}
+
+/// A round registered in [`Rounds`]; unregistered when dropped.
+pub struct Waiting<'a> {
+    rounds: &'a Rounds,
+    id: String,
+    pub answers: mpsc::Receiver<Answer>,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.rounds.waiting.lock().expect("rounds lock").remove(&self.id);
+    }
+}
+
+impl Rounds {
+    /// Registers round `id`, expecting at most `questions` answers.
+    pub fn wait(&self, id: String, questions: usize) -> Waiting<'_> {
+        let (tx, rx) = mpsc::channel(questions.max(1));
+        self.waiting.lock().expect("rounds lock").insert(id.clone(), tx);
+        Waiting { rounds: self, id, answers: rx }
+    }
+
+    /// Hands an answer to its round; `false` when no such round waits here
+    /// (it ended) or it already has as many answers as it asked questions.
+    pub fn deliver(&self, round: &str, answer: Answer) -> bool {
+        let tx = self.waiting.lock().expect("rounds lock").get(round).cloned();
+        tx.is_some_and(|tx| tx.try_send(answer).is_ok())
+    }
+
+    pub fn len(&self) -> usize {
+        self.waiting.lock().expect("rounds lock").len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SealKey;
+
+    #[test]
+    fn an_id_opens_only_for_its_route_and_principal() {
+        let sealer = Sealer::new(vec![SealKey { id: "k".into(), bytes: [5; 32] }]);
+        let q = QuestionId {
+            o: "gw-a".into(),
+            oa: Some("10.0.0.1:9000".into()),
+            f: "round".into(),
+            k: "name".into(),
+            r: "/mcp".into(),
+            p: "alice".into(),
+            exp: crate::seal::unix_now() + 60,
+        };
+        let id = mint(&sealer, &q);
+        assert_eq!(open(&sealer, &id, "/mcp", "alice"), Some(q.clone()));
+        assert_eq!(open(&sealer, &id, "/mcp", "mallory"), None);
+        assert_eq!(open(&sealer, &id, "/other", "alice"), None);
+        let expired = mint(&sealer, &QuestionId { exp: 1, ..q });
+        assert_eq!(open(&sealer, &expired, "/mcp", "alice"), None);
+        let session = sealer.seal(b"legacy-session\0v1", b"{}");
+        assert_eq!(open(&sealer, &session, "/mcp", "alice"), None, "another purpose's token");
+        assert_eq!(open(&sealer, &"A".repeat(5000), "/mcp", "alice"), None);
+    }
+
+    #[tokio::test]
+    async fn answers_reach_only_a_round_that_waits() {
+        let rounds = Rounds::default();
+        let answer = |k: &str| Answer { key: k.into(), outcome: Ok(Value::Null) };
+        assert!(!rounds.deliver("r1", answer("a")), "no such round");
+        let mut waiting = rounds.wait("r1".into(), 1);
+        assert!(rounds.deliver("r1", answer("a")));
+        assert!(!rounds.deliver("r1", answer("b")), "no more answers than questions");
+        assert_eq!(waiting.answers.recv().await.unwrap().key, "a");
+        drop(waiting);
+        assert_eq!(rounds.len(), 0);
+        assert!(!rounds.deliver("r1", answer("a")), "a round that ended takes nothing");
+    }
+}

@@ -1,0 +1,145 @@
+//! Legacy (2025 session) clients in front of a 2026-only upstream (the demo
+//! server's modern mode): the gateway answers `initialize` from discover,
+//! each request goes upstream as a stateless 2026 call, and the upstream's
+//! `input_required` questions are pushed on the client's SSE answer.
+
+mod support;
+
+use serde_json::{json, Value};
+use sessionless::demo::Generation as DemoGeneration;
+use support::legacy::{Legacy, LEGACY};
+use support::Gateway;
+
+/// A 2026-only demo upstream on 127.0.0.1:0, stopped with the test's runtime.
+async fn modern_only() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(sessionless::demo::serve_generation(
+        listener,
+        std::future::pending(),
+        DemoGeneration::Modern,
+    ));
+    url
+}
+
+fn call(id: Value, tool: &str, args: Value) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": args}})
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_legacy_session_becomes_stateless_calls() {
+    let gw = Gateway::start_auto(&modern_only().await).await;
+    let client = Legacy::new(&gw);
+
+    let init = client.post(None, support::legacy::init_body(json!(1))).await;
+    assert_eq!(init.status, 200, "{}", init.raw);
+    let result = init.result();
+    assert_eq!(result["protocolVersion"], LEGACY);
+    assert!(result["capabilities"]["tools"].is_object(), "{}", init.raw);
+    assert!(result["capabilities"].get("logging").is_none(), "setLevel is not offered");
+    assert!(result["serverInfo"]["name"].is_string(), "{}", init.raw);
+    assert!(result.get("resultType").is_none());
+    let session = init.header("mcp-session-id").expect("a session id").to_string();
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string();
+    assert_eq!(client.post(Some(&session), note).await.status, 202);
+
+    let list = client
+        .post(Some(&session), json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string())
+        .await;
+    assert_eq!(list.status, 200, "{}", list.raw);
+    assert!(list.result()["tools"].as_array().is_some_and(|t| !t.is_empty()), "{}", list.raw);
+    assert!(list.result().get("resultType").is_none(), "no 2026-only fields: {}", list.raw);
+    assert!(list.result().get("ttlMs").is_none());
+
+    let echo = client.post(Some(&session), call(json!("e"), "echo", json!({"text": "hi"}))).await;
+    assert_eq!(echo.status, 200, "{}", echo.raw);
+    assert_eq!(echo.body["id"], "e");
+    assert!(echo.raw.contains("hi"), "{}", echo.raw);
+    assert!(echo.result().get("resultType").is_none());
+
+    let ping =
+        client.post(Some(&session), json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}).to_string()).await;
+    assert_eq!(ping.result(), &json!({}));
+    let set_level =
+        json!({"jsonrpc": "2.0", "id": 4, "method": "logging/setLevel", "params": {"level": "info"}});
+    let refused = client.post(Some(&session), set_level.to_string()).await;
+    assert_eq!(refused.error_code(), Some(-32601), "{}", refused.raw);
+
+    let get = client.verb(http::Method::GET, Some(&session)).await;
+    assert_eq!(get.status(), 405);
+    let delete = client.verb(http::Method::DELETE, Some(&session)).await;
+    assert_eq!(delete.status(), 200);
+
+    let forged = client.post(Some("not-a-token"), call(json!(5), "echo", json!({"text": "x"}))).await;
+    forged.assert_error(404, -32001, &json!(5));
+    let (_, metrics) = gw.get("/metrics").await;
+    assert!(
+        metrics.contains(
+            r#"{route="/mcp",method="tools/call",generation="legacy",upstream="modern",outcome="ok"} 1"#
+        ),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_question_is_pushed_on_the_stream_and_the_answer_goes_back_upstream() {
+    let gw = Gateway::start_auto(&modern_only().await).await;
+    let client = Legacy::new(&gw);
+    let session = client.open().await;
+
+    let mut events =
+        client.stream(&session, call(json!("ask"), "ask_user", json!({"question": "Your name?"}))).await;
+    assert_eq!(events.status, 200);
+    let question = events.next().await.expect("a question");
+    assert_eq!(question["method"], "elicitation/create", "{question}");
+    assert_eq!(question["params"]["message"], "Your name?");
+    let qid = question["id"].as_str().expect("a string id minted by the gateway").to_string();
+
+    let answer = json!({"jsonrpc": "2.0", "id": qid,
+        "result": {"action": "accept", "content": {"answer": "Ada"}}});
+    let taken = client.post(Some(&session), answer.to_string()).await;
+    assert_eq!(taken.status, 202, "{}", taken.raw);
+
+    let done = events.next().await.expect("the result");
+    assert_eq!(done["id"], "ask", "{done}");
+    assert!(done.to_string().contains("you answered: Ada"), "{done}");
+    assert!(done["result"].get("resultType").is_none());
+    let (_, metrics) = gw.get("/metrics").await;
+    assert!(
+        metrics.contains(
+            "sessionless_legacy_questions_pushed_total{route=\"/mcp\",method=\"elicitation/create\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("sessionless_legacy_answers_routed_total{route=\"/mcp\",reason=\"here\"} 1"),
+        "{metrics}"
+    );
+
+    // Another caller's answer to the same id goes nowhere.
+    let other = Legacy::new(&gw).bearer("mallory");
+    let theirs = other.open().await;
+    let stolen = other.post(Some(&theirs), answer.to_string()).await;
+    assert_eq!(stolen.status, 202);
+}
+
+#[tokio::test]
+async fn a_client_without_the_capability_gets_a_clear_error() {
+    let gw = Gateway::start_auto(&modern_only().await).await;
+    let client = Legacy::new(&gw);
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "bare", "version": "1"}}});
+    let reply = client.post(None, init.to_string()).await;
+    let session = reply.header("mcp-session-id").unwrap().to_string();
+
+    let asked = client.post(Some(&session), call(json!(9), "ask_user", json!({}))).await;
+    assert_eq!(asked.status, 200, "{}", asked.raw);
+    assert_eq!(asked.error_code(), Some(-32600), "{}", asked.raw);
+    assert_eq!(
+        asked.body["error"]["data"]["requiredCapabilities"],
+        json!({"elicitation": {}}),
+        "{}",
+        asked.raw
+    );
+}
