@@ -272,7 +272,7 @@ impl Gateway {
             }
             Cell::LegacyModern => {
                 let get = parts.method == http::Method::GET;
-                match self.legacy_modern.session_verb(target, &caller, get) {
+                match self.legacy_modern.session_verb(target, &caller, get, Box::new(permit)).await {
                     Ok(resp) => {
                         let label = if get { "GET" } else { "DELETE" };
                         let cell = (Generation::Legacy, Generation::Modern);

@@ -7,6 +7,7 @@ mod support;
 
 use serde_json::{json, Value};
 use sessionless::demo::Generation as DemoGeneration;
+use support::cluster::{ClusterEnv, Replica};
 use support::legacy::{Legacy, LEGACY};
 use support::Gateway;
 
@@ -142,4 +143,64 @@ async fn a_client_without_the_capability_gets_a_clear_error() {
         "{}",
         asked.raw
     );
+}
+
+#[tokio::test]
+async fn an_answer_reaching_another_replica_is_forwarded_to_the_one_holding_the_stream() {
+    let upstream = modern_only().await;
+    let env = ClusterEnv::new("legacy-modern");
+    let translate = |mut c: support::cluster::ReplicaConfig| {
+        c.upstream_extra = "generation = \"modern\"\nlegacy_clients = \"translate\"".into();
+        c
+    };
+    let a = Replica::start(&translate(env.replica("gw-a", &upstream))).await;
+    let b = Replica::start(&translate(env.replica("gw-b", &upstream))).await;
+    let (on_a, on_b) = (Legacy::at(a.url("/mcp")), Legacy::at(b.url("/mcp")));
+    let session = on_a.open().await;
+    let listed = on_b
+        .post(Some(&session), json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string())
+        .await;
+    assert_eq!(listed.status, 200, "the session is good on any replica: {}", listed.raw);
+
+    let mut events =
+        on_a.stream(&session, call(json!("ask"), "ask_user", json!({"question": "City?"}))).await;
+    let question = events.next().await.expect("a question");
+    let answer = json!({"jsonrpc": "2.0", "id": question["id"],
+        "result": {"action": "accept", "content": {"answer": "Lyon"}}});
+    let taken = on_b.post(Some(&session), answer.to_string()).await;
+    assert_eq!(taken.status, 202, "{}", taken.raw);
+    let done = events.next().await.expect("the result, on the stream held by a");
+    assert!(done.to_string().contains("you answered: Lyon"), "{done}");
+    let routed = "sessionless_legacy_answers_routed_total";
+    assert_eq!(b.metric_where(routed, r#"reason="forwarded""#).await, 1.0);
+    assert_eq!(a.metric_where(routed, r#"reason="received""#).await, 1.0);
+}
+
+#[tokio::test]
+async fn an_unanswered_question_is_cancelled_and_a_refusal_declines() {
+    let upstream = modern_only().await;
+    let text = format!(
+        "[[upstreams]]\nname = \"u\"\nurl = \"{upstream}\"\n[[routes]]\npath = \"/mcp\"\nupstream = \"u\"\n\
+         [limits]\nparked_flow_ttl_ms = 300\n"
+    );
+    let gw = Gateway::with_config(sessionless::Config::from_toml(&text).unwrap()).await;
+    let client = Legacy::new(&gw);
+    let session = client.open().await;
+
+    // No answer in time: the client is told, and the question counts as cancelled.
+    let mut events = client.stream(&session, call(json!("late"), "ask_user", json!({}))).await;
+    let question = events.next().await.expect("a question");
+    let cancelled = events.next().await.expect("a cancellation");
+    assert_eq!(cancelled["method"], "notifications/cancelled", "{cancelled}");
+    assert_eq!(cancelled["params"]["requestId"], question["id"]);
+    let done = events.next().await.expect("the result");
+    assert!(done.to_string().contains("no answer (cancel)"), "{done}");
+
+    // A JSON-RPC error for an elicitation is a decline.
+    let mut events = client.stream(&session, call(json!("no"), "ask_user", json!({}))).await;
+    let question = events.next().await.expect("a question");
+    let refusal = json!({"jsonrpc": "2.0", "id": question["id"], "error": {"code": -1, "message": "no"}});
+    assert_eq!(client.post(Some(&session), refusal.to_string()).await.status, 202);
+    let done = events.next().await.expect("the result");
+    assert!(done.to_string().contains("no answer (decline)"), "{done}");
 }

@@ -46,8 +46,9 @@ pub struct Relay {
     quiet: Duration,
 }
 
-/// An event data rewrite: the new data, `None` to keep the event as it is,
-/// or `Err` when the event cannot be read (the stream ends with an error).
+/// An event data rewrite: the new data (empty: the event is dropped, a
+/// comment line goes instead), `None` to keep the event as it is, or `Err`
+/// when the event cannot be read (the stream ends with an error).
 pub type Rewrite = Box<dyn Fn(&str) -> Result<Option<String>, ()> + Send + Sync>;
 
 impl Relay {
@@ -135,6 +136,7 @@ impl Relay {
                 self.quiet = Duration::ZERO;
                 if let (Some(rewrite), Some(data)) = (&self.rewrite, &event.data) {
                     match rewrite(data) {
+                        Ok(Some(new)) if new.is_empty() => return Next::Event(Bytes::from_static(b":\n\n")),
                         Ok(Some(new)) => event.data = Some(new),
                         Ok(None) => {}
                         Err(()) if data.trim().is_empty() => {}

@@ -229,7 +229,13 @@ impl Replica {
     pub async fn start(config: &ReplicaConfig) -> Replica {
         let text = config.toml();
         let parsed = Config::from_toml(&text).unwrap_or_else(|e| panic!("replica config: {e:?}\n{text}"));
-        let parsed = super::legacy_upstreams(parsed);
+        // The fakes are legacy servers: configured so, not probed, unless
+        // the test names the generation itself.
+        let parsed = if config.upstream_extra.contains("generation") {
+            parsed
+        } else {
+            super::legacy_upstreams(parsed)
+        };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name(format!("replica-{}", config.instance))

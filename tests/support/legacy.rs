@@ -19,14 +19,21 @@ pub fn init_body(id: Value) -> String {
 
 /// A legacy client of the gateway: raw HTTP as the 2025 SDKs send it.
 pub struct Legacy<'g> {
-    gw: &'g Gateway,
-    path: &'static str,
+    /// The gateway's MCP endpoint.
+    url: String,
+    client: super::client::HttpClient,
     bearer: Option<String>,
+    _gateway: std::marker::PhantomData<&'g Gateway>,
 }
 
 impl<'g> Legacy<'g> {
     pub fn new(gw: &'g Gateway) -> Legacy<'g> {
-        Legacy { gw, path: "/mcp", bearer: None }
+        Legacy::at(gw.url("/mcp"))
+    }
+
+    /// A client of the endpoint at `url` (a replica, say).
+    pub fn at(url: String) -> Legacy<'g> {
+        Legacy { url, client: super::client::http_client(), bearer: None, _gateway: std::marker::PhantomData }
     }
 
     pub fn bearer(mut self, token: &str) -> Self {
@@ -37,7 +44,7 @@ impl<'g> Legacy<'g> {
     pub fn request(&self, method: http::Method, session: Option<&str>) -> http::request::Builder {
         let mut b = Request::builder()
             .method(method)
-            .uri(self.gw.url(self.path))
+            .uri(&self.url)
             .header("accept", "application/json, text/event-stream")
             .header("content-type", "application/json");
         if let Some(s) = session {
@@ -51,7 +58,7 @@ impl<'g> Legacy<'g> {
 
     pub async fn post(&self, session: Option<&str>, body: String) -> Reply {
         let req = self.request(http::Method::POST, session).body(Full::new(Bytes::from(body))).unwrap();
-        self.gw.raw(req).await
+        Reply::read(super::client::send(&self.client, req).await).await
     }
 
     /// initialize + notifications/initialized; the gateway's session id.
@@ -69,7 +76,7 @@ impl<'g> Legacy<'g> {
     /// POSTs `body` on `session` and reads the answer event by event.
     pub async fn stream(&self, session: &str, body: String) -> Events {
         let req = self.request(http::Method::POST, Some(session)).body(Full::new(Bytes::from(body))).unwrap();
-        Events::of(super::client::send(&super::client::http_client(), req).await)
+        Events::of(super::client::send(&self.client, req).await)
     }
 
     pub async fn call(&self, session: &str, id: Value, tool: &str) -> Reply {
@@ -84,6 +91,6 @@ impl<'g> Legacy<'g> {
         session: Option<&str>,
     ) -> http::Response<hyper::body::Incoming> {
         let req = self.request(method, session).body(Full::new(Bytes::new())).unwrap();
-        super::client::send(&super::client::http_client(), req).await
+        super::client::send(&self.client, req).await
     }
 }

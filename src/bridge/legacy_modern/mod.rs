@@ -153,16 +153,58 @@ impl Bridge {
         (label, outcome)
     }
 
-    /// GET and DELETE of a translated session.
-    pub fn session_verb(&self, target: &Target, caller: &Caller, get: bool) -> Result<Response<Body>, Error> {
-        self.session(target, caller)?;
-        if get {
-            // No standalone stream: list changes and resource updates would
-            // need `subscriptions/listen` state per session (see README).
+    /// GET and DELETE of a translated session. GET is the session's stream
+    /// of list changes, backed by the upstream's `subscriptions/listen`.
+    pub async fn session_verb(
+        &self,
+        target: &Target,
+        caller: &Caller,
+        get: bool,
+        hold: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Result<Response<Body>, Error> {
+        let claims = self.session(target, caller)?;
+        if !get {
+            // Nothing to end upstream: the session lives only in its token.
+            return Ok(reply::empty(StatusCode::OK));
+        }
+        if self.services.draining.is_cancelled() {
+            // This replica is leaving: the client's reconnect goes elsewhere.
+            return Err(Error::Overloaded);
+        }
+        let discover = self.discover(target).await?;
+        let filter = listen_filter(&discover);
+        if filter.is_empty() {
+            // Nothing the upstream would announce.
             return Err(Error::MethodNotAllowed);
         }
-        // Nothing to end upstream: the session lives only in its token.
-        Ok(reply::empty(StatusCode::OK))
+        let place = self.services.stream_place(&target.route.path, &caller.principal)?;
+        let translated = claims.t.as_ref().expect("a translated session");
+        let params = json!({"_meta": {
+            "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
+            "io.modelcontextprotocol/clientCapabilities": translated.c,
+            "io.modelcontextprotocol/clientInfo": translated.ci},
+            "notifications": Value::Object(filter)});
+        let body =
+            json!({"jsonrpc": "2.0", "id": "listen", "method": "subscriptions/listen", "params": params});
+        let body = serde_json::to_vec(&body).expect("serialises");
+        let headers = call_headers("subscriptions/listen", None, &[]);
+        let (headers, body) = (&headers, &body);
+        let send = |t| send_once_more(t, headers, body);
+        let (resp, upstream) = target.on_instance(send, |e| *e == PostError::NotSent).await;
+        let resp = resp.map_err(|e| crate::upstream::map_post_error(e, false))?;
+        if !(resp.is_sse() && (200..300).contains(&resp.status)) {
+            let _ = upstream.read_body(resp.body).await;
+            return Err(Error::UpstreamInvalid("subscriptions/listen did not stream"));
+        }
+        let mut relay = Relay::new(
+            resp.body,
+            upstream.max_response(),
+            self.services.keepalive,
+            self.services.draining.clone(),
+            Box::new((place, hold)),
+        );
+        relay.rewrite = Some(Box::new(listen_event));
+        Ok(relay.response(None))
     }
 
     /// The claims of a translated session's token, or 404.
@@ -647,6 +689,44 @@ impl Bridge {
     }
 }
 
+/// The listen filter for what the upstream announces (its discover
+/// capabilities with `listChanged`).
+fn listen_filter(discover: &Value) -> Map<String, Value> {
+    let mut filter = Map::new();
+    for (cap, flag) in [
+        ("tools", "toolsListChanged"),
+        ("prompts", "promptsListChanged"),
+        ("resources", "resourcesListChanged"),
+    ] {
+        if discover.pointer(&format!("/capabilities/{cap}/listChanged")).and_then(Value::as_bool)
+            == Some(true)
+        {
+            filter.insert(flag.into(), json!(true));
+        }
+    }
+    filter
+}
+
+/// One event of the upstream's listen stream as the legacy GET stream
+/// carries it: list changes without the subscription's `_meta`; the
+/// acknowledgement and the closing result are dropped (empty data).
+fn listen_event(data: &str) -> Result<Option<String>, ()> {
+    let mut msg: Value = serde_json::from_str(data).map_err(|_| ())?;
+    let method = msg.get("method").and_then(Value::as_str).unwrap_or_default();
+    if !method.starts_with("notifications/") || method == "notifications/subscriptions/acknowledged" {
+        return Ok(Some(String::new()));
+    }
+    if let Some(Value::Object(params)) = msg.get_mut("params") {
+        if let Some(Value::Object(meta)) = params.get_mut("_meta") {
+            meta.remove("io.modelcontextprotocol/subscriptionId");
+            if meta.is_empty() {
+                params.remove("_meta");
+            }
+        }
+    }
+    Ok(Some(msg.to_string()))
+}
+
 /// POSTs once, and once more when nothing was sent on an instance still up.
 async fn send_once_more(
     upstream: &Transport,
@@ -749,10 +829,9 @@ fn initialize_result(discover: &Value, version: &str) -> Value {
     if let Some(Value::Object(caps)) = discover.get("capabilities") {
         for key in ["tools", "prompts", "resources", "completions"] {
             let Some(Value::Object(c)) = caps.get(key) else { continue };
-            // No standalone stream: nothing announces list changes or
-            // resource updates to a translated session.
+            // List changes come on the GET stream (from the upstream's
+            // listen stream); resource subscriptions are not offered.
             let mut c = c.clone();
-            c.remove("listChanged");
             c.remove("subscribe");
             capabilities.insert(key.into(), Value::Object(c));
         }
