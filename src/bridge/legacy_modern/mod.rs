@@ -319,7 +319,6 @@ impl Bridge {
                 let e = refused("resource subscriptions are not available");
                 fail(reply, Some(&req.id), &e).await
             }
-            "initialize" => unreachable!("initialize is handled before"),
             _ => self.call(target, caller, claims, req, reply).await,
         }
     }
@@ -776,7 +775,17 @@ async fn read_message(
     if resp.is_sse() && (200..300).contains(&status) {
         let mut events = Relay::events(resp.body, upstream.max_response());
         loop {
-            let event = match tokio::time::timeout_at(deadline, events.next()).await {
+            // A client that leaves ends the upstream request (a 2026
+            // server takes the closed stream as cancellation).
+            let next = tokio::time::timeout_at(deadline, events.next());
+            let event = match &mut reply {
+                Some(reply) if reply.is_streaming() => tokio::select! {
+                    event = next => event,
+                    _ = reply.closed() => return Err(Stop::Gone),
+                },
+                _ => next.await,
+            };
+            let event = match event {
                 Err(_) => return Err(Error::UpstreamTimeout.into()),
                 Ok(None) => return Err(Error::OutcomeUnknown.into()),
                 Ok(Some(Err(_))) => return Err(Error::UpstreamInvalid("invalid event stream").into()),
@@ -803,7 +812,15 @@ async fn read_message(
         }
     }
     let json = resp.is_json();
-    let body = match tokio::time::timeout_at(deadline, upstream.read_body(resp.body)).await {
+    let read = tokio::time::timeout_at(deadline, upstream.read_body(resp.body));
+    let read = match reply {
+        Some(reply) if reply.is_streaming() => tokio::select! {
+            read = read => read,
+            _ = reply.closed() => return Err(Stop::Gone),
+        },
+        _ => read.await,
+    };
+    let body = match read {
         Err(_) => return Err(Error::UpstreamTimeout.into()),
         Ok(r) => r.map_err(|e| crate::upstream::map_post_error(e, true))?,
     };
