@@ -22,6 +22,9 @@ pub mod code {
     pub const SESSION_NOT_FOUND: i64 = -32001;
     /// Application code (outside the reserved -32768..-32000 range) for overload.
     pub const OVERLOADED: i64 = -31000;
+    /// Application codes for a refused authentication (401) and authorization (403).
+    pub const UNAUTHORIZED: i64 = -31001;
+    pub const FORBIDDEN: i64 = -31003;
 }
 
 /// Who caused an error: feeds metrics and retry decisions.
@@ -101,6 +104,12 @@ pub enum Error {
     /// Legacy sessions opened too fast by this caller, or by everyone.
     #[error("too many new sessions")]
     TooManyNewSessions,
+    /// Missing or invalid credentials (the reason, a bounded label).
+    #[error("unauthorized: {0}")]
+    Unauthorized(&'static str),
+    /// Valid credentials without the scopes needed (space-separated).
+    #[error("insufficient scope: needs {0}")]
+    Forbidden(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -162,6 +171,8 @@ impl Error {
             SessionRequired => "session_required",
             SessionNotFound => "session_not_found",
             ReplicaRefused => "replica_refused",
+            Unauthorized(_) => "unauthorized",
+            Forbidden(_) => "forbidden",
             Internal(_) => "internal",
         }
     }
@@ -191,6 +202,8 @@ impl Error {
             | TooManyNewSessions
             | TooManyStreams => StatusCode::TOO_MANY_REQUESTS,
             QuestionDeclined(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Forbidden(_) => StatusCode::FORBIDDEN,
             Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -275,6 +288,16 @@ impl Error {
                 (code::INVALID_REQUEST, "Bad Request: Mcp-Session-Id header is required".into(), None)
             }
             SessionNotFound => (code::SESSION_NOT_FOUND, "Session not found".into(), None),
+            Unauthorized(why) => (
+                code::UNAUTHORIZED,
+                "Unauthorized: send valid credentials as a bearer token (see WWW-Authenticate)".into(),
+                Some(json!({"reason": why})),
+            ),
+            Forbidden(scope) => (
+                code::FORBIDDEN,
+                format!("Forbidden: the token lacks the scope this needs ({scope})"),
+                Some(json!({"reason": "insufficient_scope", "scope": scope})),
+            ),
             Internal(_) => (code::INTERNAL_ERROR, "Internal error".into(), None),
         };
         let mut err = json!({"code": code, "message": message});

@@ -2,6 +2,7 @@
 //! legacy, session-based MCP servers. See ARCHITECTURE.md for the request path.
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod body;
 pub mod bridge;
 pub mod cluster;
@@ -104,7 +105,7 @@ pub async fn run(config: Config) -> std::io::Result<Running> {
     let drain_timeout = config.drain_timeout;
     let config_tls = config.cluster.as_ref().and_then(|c| c.tls.clone());
     let (drain, stop) = (CancellationToken::new(), CancellationToken::new());
-    let gateway = Arc::new(server::Gateway::new(config, stop.clone()));
+    let gateway = Arc::new(server::Gateway::new(config, stop.clone()).map_err(std::io::Error::other)?);
     // What each `auto` upstream speaks, found now rather than on the first
     // request (a probe that fails is repeated when a request needs it).
     for target in gateway.targets().all() {
@@ -117,6 +118,11 @@ pub async fn run(config: Config) -> std::io::Result<Running> {
         tokio::spawn(gateway.modern_legacy().pool().clone().run_reaper(stop.clone())),
         tokio::spawn(gateway.modern_legacy().clone().run_flow_reaper(stop.clone())),
         tokio::spawn(gateway.targets().clone().watch(stop.clone())),
+        tokio::spawn({
+            let refreshers: Vec<_> =
+                gateway.auth().verifiers().map(|v| v.clone().run_refresh(stop.clone())).collect();
+            async move { drop(futures_util::future::join_all(refreshers).await) }
+        }),
         tokio::spawn(server::serve(gateway.clone(), listener, stop.clone(), server::Listener::Public, None)),
     ];
     if let Some(internal) = internal {

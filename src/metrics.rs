@@ -124,6 +124,7 @@ pub struct Metrics {
     pub upstream_generation: Family<GenerationLabels, Gauge>,
     pub upstream_instance_up: Family<InstanceLabels, Gauge>,
     pub questions_pushed: Family<MethodLabels, Counter>,
+    pub auth_failures: Family<ReasonLabels, Counter>,
     pub answers_routed: Family<ReasonLabels, Counter>,
 }
 
@@ -159,6 +160,7 @@ impl Metrics {
             upstream_generation: Family::default(),
             upstream_instance_up: Family::default(),
             questions_pushed: Family::default(),
+            auth_failures: Family::default(),
             answers_routed: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("sessionless");
@@ -250,6 +252,11 @@ impl Metrics {
             "legacy_questions_pushed",
             "Questions of a 2026 upstream (input_required) pushed to legacy clients as server requests, by method",
             m.questions_pushed.clone(),
+        );
+        r.register(
+            "auth_failures",
+            "Requests refused by authentication (401, by reason) or authorization (403 insufficient_scope)",
+            m.auth_failures.clone(),
         );
         r.register(
             "legacy_answers_routed",

@@ -50,17 +50,20 @@ pub struct Gateway {
     body_budget: Arc<crate::body::Budget>,
     /// Cluster mode: the internal listener's signature and replay checks.
     gate: Option<cluster::Gate>,
+    /// Who may call: the verifiers of the routes' policies.
+    auth: crate::auth::Auth,
 }
 
 impl Gateway {
-    pub fn new(config: Config, shutdown: CancellationToken) -> Gateway {
+    pub fn new(config: Config, shutdown: CancellationToken) -> Result<Gateway, String> {
         let mut registry = Registry::default();
         let metrics = Metrics::register(&mut registry);
         let services = Arc::new(Services::new(&config, metrics.clone(), shutdown));
         let targets = Arc::new(Targets::new(&config, &metrics));
         let gate = config.cluster.as_ref().map(|c| cluster::Gate::new(c, metrics.internal_refused.clone()));
-        Gateway {
+        Ok(Gateway {
             gate,
+            auth: crate::auth::Auth::new(&config, metrics.clone())?,
             limit: Arc::new(tokio::sync::Semaphore::new(config.limits.max_concurrent_requests)),
             internal_limit: Arc::new(tokio::sync::Semaphore::new(config.limits.max_concurrent_requests)),
             body_budget: crate::body::Budget::new(config.limits.max_buffered_body_bytes),
@@ -74,7 +77,11 @@ impl Gateway {
             metrics,
             registry,
             draining: AtomicBool::new(false),
-        }
+        })
+    }
+
+    pub fn auth(&self) -> &crate::auth::Auth {
+        &self.auth
     }
 
     pub fn modern_legacy(&self) -> &Arc<modern_legacy::Bridge> {
@@ -111,6 +118,8 @@ impl Gateway {
             }
             "/readyz" => self.readiness(),
             "/metrics" => self.metrics_text(),
+            path if path.starts_with(crate::auth::METADATA_PATH) => crate::auth::metadata(&self.config, path)
+                .unwrap_or_else(|| reply::text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into())),
             path => match self.targets.get(path).cloned() {
                 Some(target) => self.mcp(target, req).await,
                 None => reply::text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
@@ -193,12 +202,25 @@ impl Gateway {
         } else {
             crate::guard::check(&self.config, &parts.method, parts.uri.authority(), &parts.headers)
         };
+        let client = if legacy_verb { Generation::Legacy } else { Generation::Modern };
         if let Err(e) = checked {
-            let client = if legacy_verb { Generation::Legacy } else { Generation::Modern };
             return self.reject_as(client, &target, None, &e, started);
         }
+        // Who is calling, before anything is read or sent.
+        let principal = match &target.route.auth {
+            None => crate::auth::anyone(&parts.headers).principal,
+            Some(policy) => match self.auth.check(&target.route.path, policy, &parts.headers).await {
+                Ok(who) => who.principal,
+                Err(e) => {
+                    let mut resp = self.reject_as(client, &target, None, &e, started);
+                    resp.headers_mut()
+                        .insert(http::header::WWW_AUTHENTICATE, crate::auth::challenge(policy, &e));
+                    return resp;
+                }
+            },
+        };
         if legacy_verb {
-            return self.session_verb(&target, parts, started).await;
+            return self.session_verb(&target, parts, principal, started).await;
         }
         // Taken before the body is read: a body in memory holds a permit
         // and its share of the body budget, each for at most the body timeout.
@@ -214,12 +236,7 @@ impl Gateway {
         if generation == Generation::Modern {
             self.count_stale_headers(&parts.headers);
         }
-        let caller = Caller {
-            principal: crate::guard::principal(&parts.headers),
-            headers: parts.headers,
-            body,
-            forwarded: false,
-        };
+        let caller = Caller { principal, headers: parts.headers, body, forwarded: false };
         let upstream = match target.generation().await {
             Ok(upstream) => upstream,
             Err(e) => {
@@ -247,14 +264,10 @@ impl Gateway {
         &self,
         target: &Target,
         parts: http::request::Parts,
+        principal: String,
         started: Instant,
     ) -> Response<Body> {
-        let caller = Caller {
-            principal: crate::guard::principal(&parts.headers),
-            headers: parts.headers,
-            body: Bytes::new(),
-            forwarded: false,
-        };
+        let caller = Caller { principal, headers: parts.headers, body: Bytes::new(), forwarded: false };
         let upstream = match target.generation().await {
             Ok(upstream) => upstream,
             Err(e) => return self.reject_as(Generation::Legacy, target, None, &e, started),

@@ -20,6 +20,9 @@ pub const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"]
 #[error("{0}")]
 pub struct ConfigError(pub String);
 
+pub mod auth;
+pub use auth::{AuthKind, AuthPolicy, JwksSource, JwtPolicy, SecretSource};
+
 #[derive(Debug, Clone)]
 pub struct Config {
     pub listen: SocketAddr,
@@ -156,6 +159,8 @@ pub struct Route {
     /// Tools that use replay mode on a `Park` route.
     pub replay_tools: Vec<String>,
     pub replay_ttl: Duration,
+    /// Who may call: `None` for anyone (no policy, or `type = "none"`).
+    pub auth: Option<Arc<AuthPolicy>>,
 }
 
 impl Route {
@@ -244,6 +249,7 @@ impl Config {
                 host: None,
                 tool_prefix: None,
                 discover_ttl_ms: None,
+                auth: None,
             }],
             ..Default::default()
         };
@@ -281,9 +287,7 @@ fn not_yet(text: &str, key: &str) -> ConfigError {
 }
 
 fn validate(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
-    if raw.auth.is_some() {
-        return Err(not_yet(text, "auth"));
-    }
+    let policies = auth::policies(&raw.auth, text)?;
     let listen_text = raw.server.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
     let listen: SocketAddr = listen_text
         .parse()
@@ -294,7 +298,7 @@ fn validate(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
     }
     let mut routes = Vec::new();
     for r in &raw.routes {
-        routes.push(Arc::new(route(r, &upstreams, text)?));
+        routes.push(Arc::new(route(r, &upstreams, &policies, text)?));
     }
     for (i, r) in routes.iter().enumerate() {
         if routes[..i].iter().any(|o| o.path == r.path) {
@@ -472,7 +476,12 @@ fn instance_url(url: &str, text: &str) -> Result<Uri, ConfigError> {
     Ok(parsed)
 }
 
-fn route(r: &raw::RawRoute, upstreams: &[Upstream], text: &str) -> Result<Route, ConfigError> {
+fn route(
+    r: &raw::RawRoute,
+    upstreams: &[Upstream],
+    policies: &[Arc<AuthPolicy>],
+    text: &str,
+) -> Result<Route, ConfigError> {
     if r.host.is_some() {
         return Err(not_yet(text, "routes.host"));
     }
@@ -506,9 +515,25 @@ fn route(r: &raw::RawRoute, upstreams: &[Upstream], text: &str) -> Result<Route,
             )))
         }
     };
+    let auth =
+        match &r.auth {
+            None => None,
+            Some(name) => {
+                Some(policies.iter().find(|p| &p.name == name).cloned().ok_or_else(|| {
+                    ConfigError(format!("{}unknown auth policy `{name}`", at(text, "auth")))
+                })?)
+            }
+        };
+    if r.path.starts_with("/.well-known/") {
+        return Err(ConfigError(format!(
+            "{}route paths under /.well-known/ are the gateway's",
+            at(text, &r.path)
+        )));
+    }
     Ok(Route {
         path: r.path.clone(),
         upstream: upstream.clone(),
+        auth: auth.filter(|p| !matches!(p.kind, AuthKind::None)),
         ttl_ms: r.ttl_ms.unwrap_or(0),
         cache_scope,
         discover_ttl: ms(r.discover_ttl_ms, 60_000),

@@ -24,8 +24,9 @@ pub struct RawConfig {
     pub legacy: RawLegacy,
     /// Cluster mode: replicas forward retries to the replica holding the flow.
     pub cluster: Option<RawCluster>,
-    /// Client authentication: not supported yet.
-    pub auth: Option<toml::Value>,
+    /// Authentication policies by name (`[auth.<name>]`), named by routes.
+    #[serde(default)]
+    pub auth: BTreeMap<String, super::auth::RawAuth>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -101,6 +102,8 @@ pub struct RawRoute {
     pub tool_prefix: Option<String>,
     /// How long the gateway keeps a discover answer (default 60 s).
     pub discover_ttl_ms: Option<u64>,
+    /// The authentication policy (an `[auth.<name>]`); none when absent.
+    pub auth: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -56,7 +56,38 @@ pub async fn probe(upstream: &Transport) -> Result<Found, PostError> {
         upstream.delete(&SessionWire { id: Some(id), version: None }).await;
     }
     let text = text?;
-    classify(status, &message(&text, sse))
+    match classify(status, &message(&text, sse))? {
+        // A discover result that names no 2025 version may still come from
+        // a server that serves the session era (the SDK v2 servers list only
+        // their 2026 versions): ask it the way a 2025 client would.
+        Found::Modern { legacy_too: false } => {
+            Ok(Found::Modern { legacy_too: serves_legacy(upstream).await })
+        }
+        found => Ok(found),
+    }
+}
+
+/// Whether the upstream takes a 2025 client's `initialize` (the session it
+/// opens is deleted at once). A 2026-only server refuses it (-32022).
+async fn serves_legacy(upstream: &Transport) -> bool {
+    let body = json!({"jsonrpc": "2.0", "id": "sessionless-probe-legacy", "method": "initialize", "params": {
+        "protocolVersion": crate::config::LEGACY_VERSIONS[0],
+        "capabilities": {},
+        "clientInfo": {"name": "sessionless", "version": env!("CARGO_PKG_VERSION")}}});
+    let headers = [("accept", "application/json, text/event-stream"), ("content-type", "application/json")];
+    let bytes = serde_json::to_vec(&body).expect("serialises");
+    let Ok(resp) = upstream.send_headers("POST", &headers, &bytes).await else {
+        return false;
+    };
+    let (status, sse) = (resp.status, resp.is_sse());
+    let minted = resp.header("mcp-session-id").map(str::to_string);
+    let text = upstream.read_body(resp.body).await;
+    if let Some(id) = minted {
+        upstream.delete(&SessionWire { id: Some(id), version: None }).await;
+    }
+    let Ok(text) = text else { return false };
+    let msg = message(&text, sse);
+    (200..300).contains(&status) && msg.pointer("/result/protocolVersion").is_some()
 }
 
 /// The answer's JSON-RPC message (the first one carrying a result or an

@@ -4,6 +4,7 @@
 
 pub mod client;
 pub mod cluster;
+pub mod jwt;
 pub mod legacy;
 pub mod modern;
 pub mod upstream;

@@ -64,9 +64,13 @@ impl ModernUpstream {
         self.seen.lock().unwrap().clone()
     }
 
-    /// Requests other than the gateway's `server/discover` probes.
+    /// Requests other than the gateway's probes (`server/discover`, and the
+    /// `initialize` that asks whether it serves 2025 clients too).
     pub fn calls(&self) -> Vec<Received> {
-        self.seen().into_iter().filter(|r| r.body["method"] != "server/discover").collect()
+        let probe = |r: &Received| {
+            r.body["method"] == "server/discover" || r.body["id"] == "sessionless-probe-legacy"
+        };
+        self.seen().into_iter().filter(|r| !probe(r)).collect()
     }
 }
 

@@ -306,21 +306,20 @@ impl Bridge {
         req: Request,
         reply: Reply,
     ) -> &'static str {
-        let refused = |what: &str| Error::MethodNotFound(format!("{what} through this gateway"));
-        match req.method.as_str() {
-            "ping" => finish_result(reply, &req.id, json!({})).await,
-            "logging/setLevel" => {
-                // The 2026 level rides on each request; the token holding
-                // it cannot change under the client (see README).
-                let e = refused("logging/setLevel is not available: no log messages are sent");
-                fail(reply, Some(&req.id), &e).await
-            }
-            "resources/subscribe" | "resources/unsubscribe" => {
-                let e = refused("resource subscriptions are not available");
-                fail(reply, Some(&req.id), &e).await
-            }
-            _ => self.call(target, caller, claims, req, reply).await,
-        }
+        let refused = match req.method.as_str() {
+            "ping" => return finish_result(reply, &req.id, json!({})).await,
+            // The 2026 level rides on each request; the token holding it
+            // cannot change under the client (see README).
+            "logging/setLevel" => "logging/setLevel is not available: no log messages are sent",
+            "resources/subscribe" | "resources/unsubscribe" => "resource subscriptions are not available",
+            _ => return self.call(target, caller, claims, req, reply).await,
+        };
+        // A JSON-RPC error inside a live session: HTTP 200 (a 404 would tell
+        // a 2025 client its session is gone).
+        let error =
+            rpc_error(crate::error::code::METHOD_NOT_FOUND, &format!("{refused} through this gateway"));
+        reply.finish(StatusCode::OK, &json!({"jsonrpc": "2.0", "id": req.id, "error": error})).await;
+        "method_not_found"
     }
 
     /// A request as a stateless 2026 call, its rounds of questions asked of
