@@ -50,7 +50,7 @@ die() { echo "generations: $*" >&2; exit 1; }
 
 # start, free_port, wait_http, and the cleanup traps
 source tests/lib/proc.sh
-# spawn, collect (bounded client runs) and finish (the verdict)
+# spawn, collect (bounded client runs) and summary (the verdict)
 source tests/lib/results.sh
 
 # check LABEL ARGS...: runs generations.py, records its PASS/FAIL lines (a crash is a FAIL)
@@ -127,4 +127,4 @@ check replay-sdk2 replay --gateway "${GW[sdk2]}" --log "$LOGDIR/requests-sdk2.lo
 
 # ---------------------------------------------------------------- verdict
 
-finish generations
+summary generations

@@ -54,7 +54,7 @@ die() { echo "legacy-interop: $*" >&2; exit 1; }
 
 # start, free_port, wait_http, and the cleanup traps
 source tests/lib/proc.sh
-# spawn, collect (bounded client runs) and finish (the verdict)
+# spawn, collect (bounded client runs) and summary (the verdict)
 source tests/lib/results.sh
 
 # ---------------------------------------------------------------- peers
@@ -224,4 +224,4 @@ done
 
 # ---------------------------------------------------------------- verdict
 
-finish legacy-interop
+summary legacy-interop

@@ -41,7 +41,7 @@ die() { echo "interop: $*" >&2; exit 1; }
 
 # start, free_port, wait_http, and the cleanup traps
 source tests/lib/proc.sh
-# spawn, collect (bounded client runs) and finish (the verdict)
+# spawn, collect (bounded client runs) and summary (the verdict)
 source tests/lib/results.sh
 
 # run_client LABEL CMD... : bounded run; echoes and records every result line
@@ -125,4 +125,4 @@ fi
 
 # ---------------------------------------------------------------- verdict
 
-finish interop
+summary interop

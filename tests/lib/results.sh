@@ -1,6 +1,6 @@
 # Shared by the test scripts that print one result line per check (interop, cluster).
 # The sourcing script sets LOGDIR, RESULTS (a file of PASS|FAIL|SKIP|INFO lines), PIDS=()
-# and, for spawn, CLIENT_TIMEOUT; STARTED (its start, in $SECONDS) if finish should say
+# and, for spawn, CLIENT_TIMEOUT; STARTED (its start, in $SECONDS) if summary should say
 # how long it took.
 
 # spawn LABEL CMD... : starts a bounded client run in the background (own process group,
@@ -26,9 +26,9 @@ collect() {
   fi
 }
 
-# finish NAME: the verdict from $RESULTS ("NAME: P passed, F failed[, S skipped] …"); exits
+# summary NAME: the verdict from $RESULTS ("NAME: P passed, F failed[, S skipped] …"); exits
 # 1, the failures repeated on stderr, when any line is a FAIL.
-finish() {
+summary() {
   local pass fail skip took=""
   pass=$(grep -c '^PASS ' "$RESULTS" || true)
   fail=$(grep -c '^FAIL ' "$RESULTS" || true)
