@@ -15,6 +15,9 @@ upstream's entry and its "legacy" part):
   multi-round  a tool that asks twice, one elicitation per round (answers picked by the
                requested schema's properties from the profile's "answers")
   multiple-inputs  a tool that asks elicitation, sampling and roots/list in one round
+  refused      methods the upstream side cannot carry (profile "refused": method -> the
+               JSON-RPC code its refusal must carry, answered as a JSON-RPC error, not as an
+               ended session), and the session works on afterwards (ping)
   subscribe    resources/subscribe, a trigger, notifications/resources/updated for the
                uri arrives (sent without a related request: only the GET stream carries
                it; with "afterResult", it is sent after the trigger has answered), then
@@ -51,6 +54,7 @@ import anyio
 import httpx
 import mcp.types as types
 from mcp import ClientSession
+from mcp.shared.exceptions import McpError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from pydantic import FileUrl
@@ -345,6 +349,23 @@ async def run(url: str, upstream: str, label: str) -> int:
                     at = await wait_note("notifications/tools/list_changed", t0)
                     assert at > answered, "tools/list_changed arrived before the trigger's answer"
 
+                async def refused(spec):
+                    calls = {
+                        "logging/setLevel": lambda: s.set_logging_level("info"),
+                        "resources/subscribe": lambda: s.subscribe_resource(spec.get("uri", "test://static-text")),
+                        "resources/unsubscribe": lambda: s.unsubscribe_resource(spec.get("uri", "test://static-text")),
+                    }
+                    wrong = []
+                    for method, code in spec["methods"].items():
+                        try:
+                            await calls[method]()
+                            wrong.append(f"{method} answered a result")
+                        except McpError as e:
+                            if e.error.code != code:
+                                wrong.append(f"{method}: error {e.error.code} {e.error.message!r}, not {code}")
+                    await s.send_ping()
+                    assert not wrong, "; ".join(wrong)
+
                 async def get_stream():
                     gets = [e for e in exchanges if e["method"] == "GET"]
                     assert gets, "the SDK opened no GET stream"
@@ -385,6 +406,7 @@ async def run(url: str, upstream: str, label: str) -> int:
                 await flow("roots", roots, "roots")
                 await flow("multi-round", multi_round, "multiRound")
                 await flow("multiple-inputs", multiple_inputs, "multipleInputs")
+                await flow("refused", refused, "refused")
                 await flow("subscribe", subscribe, "subscribe")
                 await flow("list-changed", list_changed, "listChanged")
                 await flow("get-stream", get_stream)

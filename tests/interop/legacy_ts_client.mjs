@@ -215,7 +215,7 @@ await flow('initialize', async () => {
 });
 
 const FLOWS = ['ping', 'tools', 'progress', 'logging', 'state', 'error', 'elicitation', 'sampling', 'resources', 'templates', 'prompts',
-  'roots', 'multi-round', 'multiple-inputs', 'subscribe', 'list-changed', 'get-stream', 'wire', 'terminate'];
+  'roots', 'multi-round', 'multiple-inputs', 'refused', 'subscribe', 'list-changed', 'get-stream', 'wire', 'terminate'];
 if (!connected) {
   for (const f of FLOWS) report('FAIL', f, 'not run: initialize failed');
   process.exit(1);
@@ -392,6 +392,32 @@ await flow(
     assert(idle.length === 0, `handlers never called: ${idle}`);
   },
   'multipleInputs',
+);
+
+// Methods the upstream side cannot carry: each refused with the profile's JSON-RPC code
+// (a JSON-RPC error, not an HTTP status the SDK takes for an ended session), then a ping.
+await flow(
+  'refused',
+  async (spec) => {
+    const uri = spec.uri ?? 'test://static-text';
+    const calls = {
+      'logging/setLevel': () => client.setLoggingLevel('info'),
+      'resources/subscribe': () => client.subscribeResource({ uri }),
+      'resources/unsubscribe': () => client.unsubscribeResource({ uri }),
+    };
+    const wrong = [];
+    for (const [method, code] of Object.entries(spec.methods)) {
+      try {
+        await calls[method]();
+        wrong.push(`${method} answered a result`);
+      } catch (e) {
+        if (e?.code !== code) wrong.push(`${method}: ${describe(e)}, not ${code}`);
+      }
+    }
+    await client.ping();
+    assert(wrong.length === 0, wrong.join('; '));
+  },
+  'refused',
 );
 
 await flow(
