@@ -342,7 +342,9 @@ for upstream in $UPSTREAMS; do
     [[ "$gen" == "$found_as" ]] \
       || failed+=("$upstream upstream, $revision (sessionless_upstream_generation says '$gen', not '$found_as')")
     if [[ "$upstream" == modern-only ]]; then
-      # Legacy clients translated: nothing session-shaped may reach the 2026-only server.
+      # Legacy clients translated: sessions opened by the gateway, and nothing
+      # session-shaped reached the 2026-only server.
+      (( o1 - o0 > 0 )) || failed+=("modern-only upstream, $revision (the gateway opened no legacy session)")
       python3 tests/interop/legacy_modern.py wire --log "$dir/wire.log" | tee "$dir/$revision/wire-check.txt" \
         || failed+=("modern-only upstream, $revision (the wire log shows what a 2026-only server refuses; $dir/wire.log)")
     elif [[ "$revision" != 2026-07-28 ]]; then
