@@ -13,7 +13,8 @@ filter  the 2026-only filter (tests/interop/rr_proxy.py --modern-only in front o
         2026-07-28 tools/call of test_input_required_result_elicitation answers input_required.
 wire    from the filters' wire logs (one per upstream instance; what the gateway sent
         upstream): no `initialize`, no Mcp-Session-Id, no session minted, nothing refused
-        (every request a 2026-07-28 POST), every instance got tools/call, and (with
+        (every request a 2026-07-28 POST), every instance got tools/call, every retry whose
+        requestState an instance handed out went back to that instance, and (with
         --expect-retries) some tools/call were retries carrying inputResponses/requestState
         (the questions went round).
 rr      from the round-robin forwarder's log in front of the two replicas: every legacy
@@ -148,6 +149,14 @@ def check_wire(args) -> None:
            "every instance took tools/call: " + ", ".join(
                f"{sum(r.get('rpc') == 'tools/call' for r in rs)}" for rs in per_log.values())
            if not idle else f"no tools/call reached {idle}")
+    asked_by = {r["asked"]: path for path, rs in per_log.items() for r in rs if "asked" in r}
+    stated = [(path, r) for path, rs in per_log.items() for r in rs if "state" in r]
+    known = [(path, r) for path, r in stated if r["state"] in asked_by]
+    moved = [r for path, r in known if asked_by[r["state"]] != path]
+    if stated:
+        report(bool(known) and not moved, "retries-on-asking-instance",
+               f"{len(known)} of {len(stated)} retries carried a requestState an instance handed out, "
+               + (f"each back to that instance" if not moved else f"{len(moved)} to another one, e.g. {moved[0]['line']}"))
     retries = [r for r in rows if r.get("retry") and r.get("rpc") == "tools/call"]
     if not args.expect_retries:
         print(f"INFO legacy-modern:retries: {len(retries)} tools/call upstream carried inputResponses/requestState")

@@ -38,7 +38,9 @@ Mcp-Session-Id (it never mints one); a server/discover answer is rewritten to li
 2026-07-28 in supportedVersions (the SDK's already does; kept so the probe sees a 2026-only
 server whatever the backend lists). Log lines then also carry proto=<MCP-Protocol-Version
 or -> and, for what it answered itself, backend `filter` and refused=<why>; a rewritten
-discover answer adds rewrote=supportedVersions.
+discover answer adds rewrote=supportedVersions, a JSON answer handing out a requestState
+asked=<hash of it>, and a request carrying one state=<hash of it> (so a retry can be matched
+to the instance that asked).
 """
 
 from __future__ import annotations
@@ -164,6 +166,14 @@ class Handler(BaseHTTPRequestHandler):
                 self.server.record(f"{where} {resp.status}{extra}{' rewrote=supportedVersions' if changed else ''}")
                 self.relay_whole(resp, text)
                 return
+            ctype = resp.getheader("Content-Type") or ""
+            if modern_only and ctype.startswith("application/json") and resp.getheader("Content-Length"):
+                # A JSON answer (small, not a stream): read whole to log the requestState
+                # it hands out, so a retry can be matched to the instance that asked.
+                text = resp.read()
+                self.server.record(f"{where} {resp.status}{extra}{asked_state(text)}")
+                self.relay_whole(resp, text)
+                return
             self.server.record(f"{where} {resp.status}{extra}")
             self.relay(resp, drop={"mcp-session-id"} if modern_only else set())
         except OSError:
@@ -246,8 +256,21 @@ def describe(body: bytes) -> str:
         return " reply=1"
     params = msg.get("params")
     if isinstance(params, dict) and ("inputResponses" in params or "requestState" in params):
-        return " retry=1"
+        state = params.get("requestState")
+        return " retry=1" + (f" state={digest(state)}" if isinstance(state, str) else "")
     return ""
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def asked_state(body: bytes) -> str:
+    """ asked=<hash> for a JSON answer whose result carries a requestState, else ""."""
+    msg = one_message(body) or {}
+    result = msg.get("result")
+    state = result.get("requestState") if isinstance(result, dict) else None
+    return f" asked={digest(state)}" if isinstance(state, str) else ""
 
 
 def refuse(verb: str, version: str | None, rpc: str | None, body: bytes):
