@@ -24,9 +24,11 @@
 #   control    the filter refuses a legacy client outright and serves 2026-07-28 (no gateway),
 #              and the gateway's probe (check-config --probe) finds the upstream modern
 #   rr         both legacy clients at once through the forwarder: every flow of the profile,
-#              among them elicitation, sampling, roots, two rounds, three questions in one round
+#              among them elicitation, sampling, roots, two rounds, three questions in one
+#              round, and setLevel/subscribe refused as JSON-RPC errors (not carried)
 #   wire       the filters' logs: no initialize, no session id, nothing refused, both
-#              instances used, retries carrying inputResponses/requestState
+#              instances used, each retry on the instance that asked, retries carrying
+#              inputResponses/requestState
 #   rr:…       every legacy session alternated over both replicas; the client's answers were
 #              accepted (202), some on the replica not streaming the call (forwarded)
 #   replicas   each replica's /metrics: legacy requests translated (none relayed), questions
