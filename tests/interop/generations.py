@@ -34,6 +34,8 @@ import time
 import urllib.error
 import urllib.request
 
+from rr_proxy import parse_log  # the proxy's log lines (same directory)
+
 VERSION = "2026-07-28"
 RESULTS: list[str] = []
 
@@ -148,21 +150,6 @@ def found(args) -> None:
 
 
 # ------------------------------------------------------------------ probe
-
-
-def parse_log(path: str) -> list[dict]:
-    rows = []
-    for line in open(path):
-        parts = line.split()
-        if len(parts) < 6 or not parts[0].isdigit() or not parts[4].startswith("session="):
-            continue
-        row = {"seq": int(parts[0]), "verb": parts[2], "session": parts[4].split("=", 1)[1], "status": parts[5],
-               "line": line.strip()}
-        for extra in parts[6:]:
-            k, _, v = extra.partition("=")
-            row[k] = v
-        rows.append(row)
-    return rows
 
 
 def probe(args) -> None:

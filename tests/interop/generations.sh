@@ -50,6 +50,8 @@ die() { echo "generations: $*" >&2; exit 1; }
 
 # start, free_port, wait_http, and the cleanup traps
 source tests/lib/proc.sh
+# spawn, collect (bounded client runs) and summary (the verdict)
+source tests/lib/results.sh
 
 # check LABEL ARGS...: runs generations.py, records its PASS/FAIL lines (a crash is a FAIL)
 check() {
@@ -125,11 +127,4 @@ check replay-sdk2 replay --gateway "${GW[sdk2]}" --log "$LOGDIR/requests-sdk2.lo
 
 # ---------------------------------------------------------------- verdict
 
-pass=$(grep -c '^PASS ' "$RESULTS" || true)
-fail=$(grep -c '^FAIL ' "$RESULTS" || true)
-echo "generations: $pass passed, $fail failed in $((SECONDS - STARTED))s (logs in $LOGDIR)"
-if (( fail > 0 )); then
-  echo "failures:" >&2
-  grep '^FAIL ' "$RESULTS" >&2
-  exit 1
-fi
+summary generations

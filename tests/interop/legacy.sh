@@ -54,28 +54,8 @@ die() { echo "legacy-interop: $*" >&2; exit 1; }
 
 # start, free_port, wait_http, and the cleanup traps
 source tests/lib/proc.sh
-
-# spawn LABEL CMD... : starts a bounded client run in the background (own process group,
-# stopped by the traps); collect LABEL TAG waits for it and records its result lines.
-declare -A CLIENT_PID
-spawn() {
-  local label="$1"; shift
-  setsid timeout -k 5 "$CLIENT_TIMEOUT" "$@" > "$LOGDIR/$label.out" 2> "$LOGDIR/$label.err" < /dev/null &
-  CLIENT_PID[$label]=$!
-  PIDS+=("$!")
-}
-collect() {
-  local label="$1" tag="$2" rc=0
-  wait "${CLIENT_PID[$label]}" || rc=$?
-  grep -E '^(PASS|FAIL|SKIP|INFO) ' "$LOGDIR/$label.out" | sed -E "s/^(PASS|FAIL|SKIP|INFO) /\1 $tag:/" | tee -a "$RESULTS" || true
-  if (( rc == 124 || rc == 137 )); then
-    echo "FAIL $tag:$label: client timed out after ${CLIENT_TIMEOUT}s" | tee -a "$RESULTS"
-  elif (( rc != 0 )) && ! grep -q '^FAIL ' "$LOGDIR/$label.out"; then
-    echo "FAIL $tag:$label: client exited $rc: $(tail -n 3 "$LOGDIR/$label.err" | tr '\n' ' ')" | tee -a "$RESULTS"
-  elif ! grep -q '^PASS ' "$LOGDIR/$label.out"; then
-    echo "FAIL $tag:$label: no flow passed (exit $rc)" | tee -a "$RESULTS"
-  fi
-}
+# spawn, collect (bounded client runs) and summary (the verdict)
+source tests/lib/results.sh
 
 # ---------------------------------------------------------------- peers
 
@@ -244,12 +224,4 @@ done
 
 # ---------------------------------------------------------------- verdict
 
-pass=$(grep -c '^PASS ' "$RESULTS" || true)
-fail=$(grep -c '^FAIL ' "$RESULTS" || true)
-skip=$(grep -c '^SKIP ' "$RESULTS" || true)
-echo "legacy-interop: $pass passed, $fail failed, $skip skipped in $((SECONDS - STARTED))s (logs in $LOGDIR)"
-if (( fail > 0 )); then
-  echo "failures:" >&2
-  grep '^FAIL ' "$RESULTS" >&2
-  exit 1
-fi
+summary legacy-interop

@@ -12,13 +12,20 @@ upstream's entry and its "legacy" part):
   prompts,
   roots        a tool that asks roots/list (the 1.x server sends it on the standalone
                GET stream; answered by the list_roots callback)
+  multi-round  a tool that asks twice, one elicitation per round (answers picked by the
+               requested schema's properties from the profile's "answers")
+  multiple-inputs  a tool that asks elicitation, sampling and roots/list in one round
+  refused      methods the upstream side cannot carry (profile "refused": method -> the
+               JSON-RPC code its refusal must carry, answered as a JSON-RPC error, not as an
+               ended session), and the session works on afterwards (ping)
   subscribe    resources/subscribe, a trigger, notifications/resources/updated for the
                uri arrives (sent without a related request: only the GET stream carries
                it; with "afterResult", it is sent after the trigger has answered), then
                resources/unsubscribe (and, with "afterUnsubscribe", the upstream says so)
   list-changed notifications/tools/list_changed arrives (GET stream only)
   get-stream   the SDK opened the standalone GET stream: GET with the session id, 200
-               text/event-stream
+               text/event-stream (or, with the profile's getStreamStatus 405, every GET
+               it sent was answered 405 and the session went on)
   wire         every request after initialize carried the session id and the version
                header, and every session id the client saw was the same one
   terminate    on exit the SDK sends DELETE (2xx); afterwards the session id is refused
@@ -26,6 +33,9 @@ upstream's entry and its "legacy" part):
 
     .peers/py-legacy/bin/python tests/interop/legacy_client.py --url http://127.0.0.1:N/mcp \
         [--upstream py-legacy|everything] [--label NAME]
+
+A profile with "extends": NAME starts from that profile's entries (tests/interop/
+legacy_modern.sh's "modern-only": the SDK v2 server behind a 2026-only filter).
 
 Prints `PASS|FAIL|SKIP <label>/<flow>[: reason]` (label default `legacy-client`);
 exit status 1 if any flow failed.
@@ -44,6 +54,7 @@ import anyio
 import httpx
 import mcp.types as types
 from mcp import ClientSession
+from mcp.shared.exceptions import McpError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from pydantic import FileUrl
@@ -66,9 +77,31 @@ def check_text(got: str, spec: dict, what: str) -> None:
         assert spec["textContains"] in got, f"{what}: {spec['textContains']!r} not in {got[:300]!r}"
 
 
+def load_profile(name: str) -> dict:
+    """The profile NAME in profiles.json; with "extends", laid over the one it names."""
+    profiles = json.loads(PROFILES.read_text())
+    own = profiles[name]
+    return {**profiles[own["extends"]], **own} if "extends" in own else own
+
+
+def pick_answer(profile: dict, params) -> dict:
+    """The elicitation answer for a question: the first of the profile's answers (its
+    elicitation answer, then legacy.multiRound.answers) whose every key the requested
+    schema has; the elicitation answer when none fits."""
+    default = profile["elicitation"]["answer"]
+    schema = getattr(params, "requestedSchema", None) or {}
+    props = set((schema.get("properties") or {}).keys())
+    extra = ((profile.get("legacy") or {}).get("multiRound") or {}).get("answers", [])
+    for answer in [default, *extra]:
+        if answer and set(answer) <= props:
+            return answer
+    return default
+
+
 async def run(url: str, upstream: str, label: str) -> int:
-    profile = json.loads(PROFILES.read_text())[upstream]
+    profile = load_profile(upstream)
     legacy = profile["legacy"]
+    asked = {"elicitation": 0, "sampling": 0, "roots": 0}
     logs: list[types.LoggingMessageNotificationParams] = []
     progress: list[float] = []
     notes: list[tuple[float, str, object]] = []  # (arrival, method, params)
@@ -107,9 +140,11 @@ async def run(url: str, upstream: str, label: str) -> int:
             notes.append((time.monotonic(), message.root.method, message.root.params))
 
     async def on_elicit(ctx, params: types.ElicitRequestParams):
-        return types.ElicitResult(action="accept", content=profile["elicitation"]["answer"])
+        asked["elicitation"] += 1
+        return types.ElicitResult(action="accept", content=pick_answer(profile, params))
 
     async def on_sample(ctx, params: types.CreateMessageRequestParams):
+        asked["sampling"] += 1
         return types.CreateMessageResult(
             role="assistant",
             content=types.TextContent(type="text", text=profile["sampling"]["answer"]),
@@ -117,6 +152,7 @@ async def run(url: str, upstream: str, label: str) -> int:
         )
 
     async def on_roots(ctx) -> types.ListRootsResult:
+        asked["roots"] += 1
         return types.ListRootsResult(roots=[types.Root(uri=FileUrl(ROOT_URI), name=ROOT_NAME)])
 
     async def on_progress(p: float, total: float | None, message: str | None) -> None:
@@ -168,7 +204,8 @@ async def run(url: str, upstream: str, label: str) -> int:
                     caps = init.capabilities
                     for cap in profile["capabilities"]:
                         assert getattr(caps, cap) is not None, f"capability {cap} not advertised"
-                    assert caps.resources is not None and caps.resources.subscribe, "resources.subscribe not advertised"
+                    if legacy.get("subscribe") is not None:
+                        assert caps.resources is not None and caps.resources.subscribe, "resources.subscribe not advertised"
 
                 async def ping():
                     await s.send_ping()
@@ -179,6 +216,8 @@ async def run(url: str, upstream: str, label: str) -> int:
                     assert want <= names, f"missing tools {sorted(want - names)}"
                     for key in ("echo", "add"):
                         spec = profile[key]
+                        if spec is None:
+                            continue
                         r = await s.call_tool(spec["tool"], spec["args"])
                         assert not r.isError, r
                         check_text(text_of(r), spec, key)
@@ -258,6 +297,24 @@ async def run(url: str, upstream: str, label: str) -> int:
                     r = await s.call_tool(spec["tool"], spec["args"])
                     assert not r.isError, r
                     check_text(text_of(r), spec, "result")
+                    # (server-everything asks roots/list when the session starts, not in the call)
+                    assert asked["roots"] > 0, "the roots/list callback was never called"
+
+                async def multi_round(spec):
+                    before = asked["elicitation"]
+                    r = await s.call_tool(spec["tool"], spec["args"])
+                    assert not r.isError, r
+                    check_text(text_of(r), spec, "result")
+                    n = asked["elicitation"] - before
+                    assert n == len(spec["answers"]), f"the elicitation callback ran {n} times, not {len(spec['answers'])}"
+
+                async def multiple_inputs(spec):
+                    before = dict(asked)
+                    r = await s.call_tool(spec["tool"], spec["args"])
+                    assert not r.isError, r
+                    check_text(text_of(r), spec, "result")
+                    idle = [k for k in asked if asked[k] == before[k]]
+                    assert not idle, f"callbacks never called: {idle}"
 
                 async def subscribe(spec):
                     uri = spec["uri"]
@@ -292,9 +349,32 @@ async def run(url: str, upstream: str, label: str) -> int:
                     at = await wait_note("notifications/tools/list_changed", t0)
                     assert at > answered, "tools/list_changed arrived before the trigger's answer"
 
+                async def refused(spec):
+                    calls = {
+                        "logging/setLevel": lambda: s.set_logging_level("info"),
+                        "resources/subscribe": lambda: s.subscribe_resource(spec.get("uri", "test://static-text")),
+                        "resources/unsubscribe": lambda: s.unsubscribe_resource(spec.get("uri", "test://static-text")),
+                    }
+                    wrong = []
+                    for method, code in spec["methods"].items():
+                        try:
+                            await calls[method]()
+                            wrong.append(f"{method} answered a result")
+                        except McpError as e:
+                            if e.error.code != code:
+                                wrong.append(f"{method}: error {e.error.code} {e.error.message!r}, not {code}")
+                    await s.send_ping()
+                    assert not wrong, "; ".join(wrong)
+
                 async def get_stream():
                     gets = [e for e in exchanges if e["method"] == "GET"]
                     assert gets, "the SDK opened no GET stream"
+                    want = legacy.get("getStreamStatus", 200)
+                    if want != 200:
+                        other = [e.get("status") for e in gets if e.get("status") != want]
+                        assert not other, f"GETs answered {other}, not all {want}"
+                        assert all(e["session"] == session_id for e in gets), "a GET without the session id"
+                        return
                     ok = [e for e in gets if e.get("status") == 200 and e["type"].startswith("text/event-stream")]
                     assert ok, f"no GET stream answered 200 text/event-stream: {gets}"
                     assert all(e["session"] == session_id for e in gets), "a GET without the session id"
@@ -324,6 +404,9 @@ async def run(url: str, upstream: str, label: str) -> int:
                 await flow("templates", templates, "template")
                 await flow("prompts", prompts, "prompt")
                 await flow("roots", roots, "roots")
+                await flow("multi-round", multi_round, "multiRound")
+                await flow("multiple-inputs", multiple_inputs, "multipleInputs")
+                await flow("refused", refused, "refused")
                 await flow("subscribe", subscribe, "subscribe")
                 await flow("list-changed", list_changed, "listChanged")
                 await flow("get-stream", get_stream)

@@ -10,6 +10,10 @@
 // upstream without a related request: only the GET stream carries it), and at the end
 // DELETE (terminateSession) after which the session id is refused. Same flows and the
 // same expectations (tests/interop/profiles.json, its "legacy" part) as legacy_client.py.
+// A profile with "extends": NAME starts from that profile's entries. multi-round (two
+// elicitation rounds, answers picked by the requested schema) and multiple-inputs
+// (elicitation, sampling and roots/list in one round) run where the profile has them;
+// getStreamStatus 405 in a profile means every GET must be answered 405.
 // Prints `PASS|FAIL|SKIP <label>/<flow>[: reason]` (label default `legacy-ts/<upstream>`);
 // exit status 1 if any flow failed.
 //
@@ -53,7 +57,9 @@ if (!opts.url || !opts.upstream) {
   process.exit(2);
 }
 const label = opts.label ?? `legacy-ts/${opts.upstream}`;
-const profile = JSON.parse(readFileSync(path.join(here, 'profiles.json'), 'utf8'))[opts.upstream];
+const profiles = JSON.parse(readFileSync(path.join(here, 'profiles.json'), 'utf8'));
+const own = profiles[opts.upstream];
+const profile = own?.extends ? { ...profiles[own.extends], ...own } : own;
 if (!profile?.legacy) {
   console.error(`no legacy profile for upstream ${opts.upstream}`);
   process.exit(2);
@@ -158,9 +164,16 @@ for (const schema of [ResourceUpdatedNotificationSchema, ToolListChangedNotifica
     notes.push({ at: performance.now(), method: n.method, params: n.params });
   });
 }
-client.setRequestHandler(ElicitRequestSchema, async () => {
+// The first of the profile's answers (its elicitation answer, then legacy.multiRound.answers)
+// whose every key the requested schema has; the elicitation answer when none fits.
+function pickAnswer(params) {
+  const props = new Set(Object.keys(params?.requestedSchema?.properties ?? {}));
+  const answers = [profile.elicitation.answer, ...(legacy.multiRound?.answers ?? [])];
+  return answers.find((a) => a && Object.keys(a).every((k) => props.has(k))) ?? profile.elicitation.answer;
+}
+client.setRequestHandler(ElicitRequestSchema, async (req) => {
   asked.elicitation++;
-  return { action: 'accept', content: profile.elicitation.answer };
+  return { action: 'accept', content: pickAnswer(req.params) };
 });
 client.setRequestHandler(CreateMessageRequestSchema, async () => {
   asked.sampling++;
@@ -198,11 +211,11 @@ await flow('initialize', async () => {
   const caps = client.getServerCapabilities() ?? {};
   const missing = profile.capabilities.filter((k) => !(k in caps));
   assert(missing.length === 0, `capabilities ${JSON.stringify(Object.keys(caps))} lack ${missing}`);
-  assert(caps.resources?.subscribe, 'resources.subscribe not advertised');
+  if (legacy.subscribe != null) assert(caps.resources?.subscribe, 'resources.subscribe not advertised');
 });
 
 const FLOWS = ['ping', 'tools', 'progress', 'logging', 'state', 'error', 'elicitation', 'sampling', 'resources', 'templates', 'prompts',
-  'roots', 'subscribe', 'list-changed', 'get-stream', 'wire', 'terminate'];
+  'roots', 'multi-round', 'multiple-inputs', 'refused', 'subscribe', 'list-changed', 'get-stream', 'wire', 'terminate'];
 if (!connected) {
   for (const f of FLOWS) report('FAIL', f, 'not run: initialize failed');
   process.exit(1);
@@ -223,8 +236,8 @@ await flow('tools', async () => {
   const names = new Set((await client.listTools()).tools.map((t) => t.name));
   const missing = legacy.tools.filter((n) => !names.has(n));
   assert(missing.length === 0, `tools/list lacks ${missing} (has ${[...names].sort()})`);
-  await call(profile.echo, 'echo');
-  await call(profile.add, 'add');
+  if (profile.echo) await call(profile.echo, 'echo');
+  if (profile.add) await call(profile.add, 'add');
 });
 
 await flow(
@@ -360,6 +373,54 @@ await flow(
 );
 
 await flow(
+  'multi-round',
+  async (spec) => {
+    const before = asked.elicitation;
+    await call(spec);
+    const n = asked.elicitation - before;
+    assert(n === spec.answers.length, `the elicitation handler ran ${n} times, not ${spec.answers.length}`);
+  },
+  'multiRound',
+);
+
+await flow(
+  'multiple-inputs',
+  async (spec) => {
+    const before = { ...asked };
+    await call(spec);
+    const idle = Object.keys(asked).filter((k) => asked[k] === before[k]);
+    assert(idle.length === 0, `handlers never called: ${idle}`);
+  },
+  'multipleInputs',
+);
+
+// Methods the upstream side cannot carry: each refused with the profile's JSON-RPC code
+// (a JSON-RPC error, not an HTTP status the SDK takes for an ended session), then a ping.
+await flow(
+  'refused',
+  async (spec) => {
+    const uri = spec.uri ?? 'test://static-text';
+    const calls = {
+      'logging/setLevel': () => client.setLoggingLevel('info'),
+      'resources/subscribe': () => client.subscribeResource({ uri }),
+      'resources/unsubscribe': () => client.unsubscribeResource({ uri }),
+    };
+    const wrong = [];
+    for (const [method, code] of Object.entries(spec.methods)) {
+      try {
+        await calls[method]();
+        wrong.push(`${method} answered a result`);
+      } catch (e) {
+        if (e?.code !== code) wrong.push(`${method}: ${describe(e)}, not ${code}`);
+      }
+    }
+    await client.ping();
+    assert(wrong.length === 0, wrong.join('; '));
+  },
+  'refused',
+);
+
+await flow(
   'subscribe',
   async (spec) => {
     const t0 = performance.now();
@@ -397,6 +458,13 @@ await flow(
 await flow('get-stream', async () => {
   const gets = exchanges.filter((e) => e.method === 'GET');
   assert(gets.length > 0, 'the SDK opened no GET stream');
+  const want = legacy.getStreamStatus ?? 200;
+  if (want !== 200) {
+    const other = gets.filter((e) => e.status !== want);
+    assert(other.length === 0, `GETs answered ${JSON.stringify(other.map((e) => e.status))}, not all ${want}`);
+    assert(gets.every((e) => e.session === sessionId), 'a GET without the session id');
+    return;
+  }
   assert(gets.some((e) => e.status === 200 && e.type.startsWith('text/event-stream')), `no GET answered 200 text/event-stream: ${JSON.stringify(gets)}`);
   assert(gets.every((e) => e.session === sessionId), 'a GET without the session id');
 });

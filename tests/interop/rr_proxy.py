@@ -16,6 +16,31 @@ where rpc= is the JSON-RPC method of a request body that is one JSON-RPC request
 notification, and minted= names a session id the answer carried in its Mcp-Session-Id
 header that the request did not (a session the backend opened: on initialize, or unasked).
 With one --backend it is a logging pass-through (tests/interop/generations.sh uses it so).
+A body that is one JSON-RPC response (a client answering a server request) is logged
+with reply=1 instead of rpc=; a request whose params carry inputResponses or requestState
+(an MRTR retry) with retry=1.
+
+--modern-only makes it a 2026-only server in front of its backend (the SDK v2
+everything-server, which serves both eras on one endpoint; tests/interop/legacy_modern.sh
+and tests/conformance/run.sh): only a POST carrying `MCP-Protocol-Version: 2026-07-28`
+that is not `initialize` is forwarded, the way a server of that revision alone answers
+(docs/specification/2026-07-28 basic/transports/streamable-http.mdx, versioning.mdx):
+    GET, DELETE (any verb but POST)          405, Allow: POST
+    POST initialize                          400, -32022 data {supported, requested: its
+                                             params.protocolVersion} (a modern-only server
+                                             SHOULD list its versions in any error to initialize)
+    POST with another MCP-Protocol-Version   400, -32022 data {supported, requested}
+    POST without MCP-Protocol-Version        400, -32020 (header missing: Server Validation),
+                                             data {supported}
+with supported = ["2026-07-28"] and the request's id echoed. What it forwards loses any
+Mcp-Session-Id and Last-Event-ID (a 2026-only server ignores them) and its answer any
+Mcp-Session-Id (it never mints one); a server/discover answer is rewritten to list only
+2026-07-28 in supportedVersions (the SDK's already does; kept so the probe sees a 2026-only
+server whatever the backend lists). Log lines then also carry proto=<MCP-Protocol-Version
+or -> and, for what it answered itself, backend `filter` and refused=<why>; a rewritten
+discover answer adds rewrote=supportedVersions, a JSON answer handing out a requestState
+asked=<hash of it>, and a request carrying one state=<hash of it> (so a retry can be matched
+to the instance that asked).
 """
 
 from __future__ import annotations
@@ -29,6 +54,7 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+MODERN = "2026-07-28"
 HOP_BY_HOP = {
     "connection",
     "keep-alive",
@@ -47,9 +73,10 @@ class Proxy(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, addr, backends: list[tuple[str, int]], log) -> None:
+    def __init__(self, addr, backends: list[tuple[str, int]], log, modern_only: bool = False) -> None:
         super().__init__(addr, Handler)
         self.backends = backends
+        self.modern_only = modern_only
         self.seq = itertools.count(1)
         self.lock = threading.Lock()
         self.log = log
@@ -93,13 +120,27 @@ class Handler(BaseHTTPRequestHandler):
 
     def forward(self) -> None:
         body = self.read_body()
-        seq, (host, port) = self.server.pick()
+        modern_only = self.server.modern_only
         sid = self.headers.get("Mcp-Session-Id")
         tag = hashlib.sha256(sid.encode()).hexdigest()[:10] if sid else "-"
+        rpc = rpc_method(body)
+        extra = f" rpc={rpc}" if rpc else ""
+        extra += describe(body)
+        if modern_only:
+            extra += f" proto={self.headers.get('MCP-Protocol-Version') or '-'}"
+            refusal = refuse(self.command, self.headers.get("MCP-Protocol-Version"), rpc, body)
+            if refusal is not None:
+                status, why, answer = refusal
+                seq, _ = self.server.pick()
+                self.server.record(f"{seq} filter {self.command} {self.path} session={tag} {status}{extra} refused={why}")
+                self.answer(status, answer)
+                return
+        seq, (host, port) = self.server.pick()
         where = f"{seq} {host}:{port} {self.command} {self.path} session={tag}"
+        ignored = {"mcp-session-id", "last-event-id"} if modern_only else set()
         headers = {}
         for k, v in self.headers.items():
-            if k.lower() not in HOP_BY_HOP and k.lower() != "content-length":
+            if k.lower() not in HOP_BY_HOP and k.lower() != "content-length" and k.lower() not in ignored:
                 headers.setdefault(k, []).append(v)
         conn = http.client.HTTPConnection(host, port, timeout=BACKEND_TIMEOUT)
         try:
@@ -116,23 +157,60 @@ class Handler(BaseHTTPRequestHandler):
             self.server.record(f"{where} error {type(e).__name__}: {e}")
             self.send_error(502, "backend unreachable")
             return
-        extra = f" rpc={rpc}" if (rpc := rpc_method(body)) else ""
         minted = resp.getheader("Mcp-Session-Id")
         if minted and minted != sid:
             extra += f" minted={hashlib.sha256(minted.encode()).hexdigest()[:10]}"
-        self.server.record(f"{where} {resp.status}{extra}")
         try:
-            self.relay(resp)
+            if modern_only and rpc == "server/discover":
+                text, changed = modern_discover(resp)
+                self.server.record(f"{where} {resp.status}{extra}{' rewrote=supportedVersions' if changed else ''}")
+                self.relay_whole(resp, text)
+                return
+            ctype = resp.getheader("Content-Type") or ""
+            if modern_only and ctype.startswith("application/json") and resp.getheader("Content-Length"):
+                # A JSON answer (small, not a stream): read whole to log the requestState
+                # it hands out, so a retry can be matched to the instance that asked.
+                text = resp.read()
+                self.server.record(f"{where} {resp.status}{extra}{asked_state(text)}")
+                self.relay_whole(resp, text)
+                return
+            self.server.record(f"{where} {resp.status}{extra}")
+            self.relay(resp, drop={"mcp-session-id"} if modern_only else set())
         except OSError:
             self.close_connection = True  # the client went away (or the backend did)
         finally:
             conn.close()
 
-    def relay(self, resp: http.client.HTTPResponse) -> None:
+    def answer(self, status: int, message: dict | None) -> None:
+        """An answer of the filter's own: a JSON-RPC error body, or none (405)."""
+        data = json.dumps(message).encode() if message is not None else b""
+        self.send_response_only(status)
+        if status == 405:
+            self.send_header("Allow", "POST")
+        if data:
+            self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if data and self.command != "HEAD":
+            self.wfile.write(data)
+        self.wfile.flush()
+
+    def relay_whole(self, resp: http.client.HTTPResponse, body: bytes) -> None:
+        """An answer read whole (and maybe rewritten): sent with its own Content-Length."""
+        self.send_response_only(resp.status, resp.reason)
+        for k, v in resp.getheaders():
+            if k.lower() not in HOP_BY_HOP and k.lower() not in ("content-length", "mcp-session-id"):
+                self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        self.wfile.flush()
+
+    def relay(self, resp: http.client.HTTPResponse, drop: set[str] = frozenset()) -> None:
         self.send_response_only(resp.status, resp.reason)
         length = resp.getheader("Content-Length")
         for k, v in resp.getheaders():
-            if k.lower() not in HOP_BY_HOP:
+            if k.lower() not in HOP_BY_HOP and k.lower() not in drop:
                 self.send_header(k, v)
         bodyless = self.command == "HEAD" or resp.status in (204, 304) or 100 <= resp.status < 200
         chunked = length is None and not bodyless
@@ -158,6 +236,98 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
 
+def one_message(body: bytes) -> dict | None:
+    """The body as one JSON-RPC message (an object), or None."""
+    if not body.lstrip().startswith(b"{"):
+        return None
+    try:
+        msg = json.loads(body)
+    except ValueError:
+        return None
+    return msg if isinstance(msg, dict) else None
+
+
+def describe(body: bytes) -> str:
+    """reply=1 for one JSON-RPC response; retry=1 for a request carrying MRTR answers."""
+    msg = one_message(body)
+    if msg is None:
+        return ""
+    if "method" not in msg and "id" in msg and ("result" in msg or "error" in msg):
+        return " reply=1"
+    params = msg.get("params")
+    if isinstance(params, dict) and ("inputResponses" in params or "requestState" in params):
+        state = params.get("requestState")
+        return " retry=1" + (f" state={digest(state)}" if isinstance(state, str) else "")
+    return ""
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def asked_state(body: bytes) -> str:
+    """ asked=<hash> for a JSON answer whose result carries a requestState, else ""."""
+    msg = one_message(body) or {}
+    result = msg.get("result")
+    state = result.get("requestState") if isinstance(result, dict) else None
+    return f" asked={digest(state)}" if isinstance(state, str) else ""
+
+
+def refuse(verb: str, version: str | None, rpc: str | None, body: bytes):
+    """--modern-only: (status, why, JSON-RPC answer or None) for what a 2026-only server
+    does not take, or None to forward."""
+    if verb != "POST":
+        return 405, "not-post", None
+    msg = one_message(body) or {}
+    rid = msg.get("id") if isinstance(msg.get("id"), (str, int)) and not isinstance(msg.get("id"), bool) else None
+
+    def error(code: int, message: str, data: dict) -> dict:
+        out = {"jsonrpc": "2.0", "error": {"code": code, "message": message, "data": data}}
+        if rid is not None:
+            out["id"] = rid
+        return out
+
+    supported = {"supported": [MODERN]}
+    if rpc == "initialize":
+        params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
+        requested = params.get("protocolVersion") if isinstance(params.get("protocolVersion"), str) else version
+        data = {**supported, **({"requested": requested} if requested else {})}
+        return 400, "initialize", error(-32022, "Unsupported protocol version: this server speaks 2026-07-28 only", data)
+    if version is None:
+        return 400, "no-version-header", error(-32020, "Missing MCP-Protocol-Version header", supported)
+    if version.strip() != MODERN:
+        data = {**supported, "requested": version}
+        return 400, "version", error(-32022, f"Unsupported protocol version: {version}", data)
+    return None
+
+
+def modern_discover(resp: http.client.HTTPResponse) -> tuple[bytes, bool]:
+    """A server/discover answer (JSON or SSE) read whole, supportedVersions cut to 2026-07-28."""
+    body = resp.read()
+    sse = (resp.getheader("Content-Type") or "").startswith("text/event-stream")
+    changed = False
+
+    def fix(text: str) -> str:
+        nonlocal changed
+        try:
+            msg = json.loads(text)
+        except ValueError:
+            return text
+        result = msg.get("result") if isinstance(msg, dict) else None
+        versions = result.get("supportedVersions") if isinstance(result, dict) else None
+        if not isinstance(versions, list) or versions == [v for v in versions if v == MODERN]:
+            return text
+        result["supportedVersions"] = [v for v in versions if v == MODERN]
+        changed = True
+        return json.dumps(msg)
+
+    if not sse:
+        return fix(body.decode()).encode(), changed
+    lines = [("data: " + fix(line[len("data:"):].lstrip(" ")) if line.startswith("data:") else line)
+             for line in body.decode().split("\n")]
+    return "\n".join(lines).encode(), changed
+
+
 def rpc_method(body: bytes) -> str | None:
     """The JSON-RPC method of a body holding one request or notification (for the log)."""
     if not body.lstrip().startswith(b"{"):
@@ -169,18 +339,37 @@ def rpc_method(body: bytes) -> str | None:
     return method if isinstance(method, str) and method and not any(c.isspace() for c in method) else None
 
 
+def parse_log(path: str) -> list[dict]:
+    """The lines of a log this proxy wrote, as dicts: seq, backend, verb, path, session (its
+    hash, or -), status, line, and each key=value that follows (rpc, minted, reply, …)."""
+    rows = []
+    for line in open(path):
+        parts = line.split()
+        if len(parts) < 6 or not parts[0].isdigit() or not parts[4].startswith("session="):
+            continue
+        row = {"seq": int(parts[0]), "backend": parts[1], "verb": parts[2], "path": parts[3],
+               "session": parts[4].split("=", 1)[1], "status": parts[5], "line": line.strip()}
+        for extra in parts[6:]:
+            k, _, v = extra.partition("=")
+            row[k] = v
+        rows.append(row)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--backend", action="append", required=True, help="host:port; repeat, in order")
     ap.add_argument("--log", help="request log file (default stderr)")
+    ap.add_argument("--modern-only", action="store_true",
+                    help="answer as a 2026-07-28-only server: refuse initialize, other versions, GET, DELETE")
     args = ap.parse_args()
     backends = []
     for b in args.backend:
         host, _, port = b.rpartition(":")
         backends.append((host, int(port)))
     log = open(args.log, "a", buffering=1) if args.log else sys.stderr
-    server = Proxy(("127.0.0.1", args.port), backends, log)
+    server = Proxy(("127.0.0.1", args.port), backends, log, modern_only=args.modern_only)
     print(f"listening 127.0.0.1:{server.server_address[1]}", flush=True)
     try:
         server.serve_forever(poll_interval=0.2)

@@ -41,6 +41,8 @@ die() { echo "interop: $*" >&2; exit 1; }
 
 # start, free_port, wait_http, and the cleanup traps
 source tests/lib/proc.sh
+# spawn, collect (bounded client runs) and summary (the verdict)
+source tests/lib/results.sh
 
 # run_client LABEL CMD... : bounded run; echoes and records every result line
 run_client() {
@@ -123,12 +125,4 @@ fi
 
 # ---------------------------------------------------------------- verdict
 
-pass=$(grep -c '^PASS ' "$RESULTS" || true)
-fail=$(grep -c '^FAIL ' "$RESULTS" || true)
-skip=$(grep -c '^SKIP ' "$RESULTS" || true)
-echo "interop: $pass passed, $fail failed, $skip skipped (logs in $LOGDIR)"
-if (( fail > 0 )); then
-  echo "failures:" >&2
-  grep '^FAIL ' "$RESULTS" >&2
-  exit 1
-fi
+summary interop
