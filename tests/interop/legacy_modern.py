@@ -131,6 +131,12 @@ def check_wire(args) -> None:
           + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), flush=True)
     if not report(bool(rows), "traffic", f"{len(rows)} requests reached the upstream instances"):
         return
+    # The gateway's own probes (server/discover, and one 2025 initialize asking whether the
+    # upstream serves the session era too) are not client traffic: counted, not failed.
+    probes = [r for r in rows if r.get("probe")]
+    print(f"INFO legacy-modern:wire:probes: {len(probes)} gateway probes "
+          f"({', '.join(sorted({str(r.get('rpc')) for r in probes})) or 'none'})")
+    rows = [r for r in rows if not r.get("probe")]
     init = [r for r in rows if r.get("rpc") in ("initialize", "notifications/initialized")]
     report(not init, "no-initialize",
            "no initialize upstream" if not init else f"{len(init)} initialize requests, e.g. {init[0]['line']}")

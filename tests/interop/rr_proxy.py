@@ -248,10 +248,13 @@ def one_message(body: bytes) -> dict | None:
 
 
 def describe(body: bytes) -> str:
-    """reply=1 for one JSON-RPC response; retry=1 for a request carrying MRTR answers."""
+    """reply=1 for one JSON-RPC response; retry=1 for a request carrying MRTR answers;
+    probe=1 for the gateway's own probes (their ids start with sessionless-probe)."""
     msg = one_message(body)
     if msg is None:
         return ""
+    if str(msg.get("id", "")).startswith("sessionless-probe"):
+        return " probe=1"
     if "method" not in msg and "id" in msg and ("result" in msg or "error" in msg):
         return " reply=1"
     params = msg.get("params")
