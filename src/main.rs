@@ -51,6 +51,12 @@ enum Command {
     },
     /// Prints a fresh random sealing key (base64url, 32 bytes) for an env var or key file.
     GenKey,
+    /// Prints a fresh random API key for `ID` (line 1, for the client) and its
+    /// line for an `api_key` policy's keys_file (line 2: the id and the key's SHA-256).
+    HashKey {
+        /// The key id (the principal is `key:<ID>`).
+        id: String,
+    },
     /// Validates a routing file and exits (offline).
     CheckConfig {
         /// The TOML routing file.
@@ -83,6 +89,15 @@ fn main() -> anyhow::Result<()> {
             let mut key = [0u8; 32];
             rand::thread_rng().fill_bytes(&mut key);
             println!("{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key));
+            Ok(())
+        }
+        Some(Command::HashKey { id }) => {
+            let mut key = [0u8; 32];
+            rand::thread_rng().fill_bytes(&mut key);
+            let key = format!("sk-{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key));
+            let line = sessionless::auth::keys::file_line(&id, &key);
+            sessionless::auth::keys::Keys::parse(&line).map_err(|e| anyhow::anyhow!("key id `{id}`: {e}"))?;
+            println!("{key}\n{line}");
             Ok(())
         }
         Some(Command::CheckConfig { file, probe }) => {
