@@ -95,9 +95,8 @@ fn main() -> anyhow::Result<()> {
             let mut key = [0u8; 32];
             rand::thread_rng().fill_bytes(&mut key);
             let key = format!("sk-{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key));
-            let line = sessionless::auth::keys::file_line(&id, &key);
-            sessionless::auth::keys::Keys::parse(&line).map_err(|e| anyhow::anyhow!("key id `{id}`: {e}"))?;
-            println!("{key}\n{line}");
+            sessionless::auth::keys::check_id(&id).map_err(|e| anyhow::anyhow!("key id `{id}`: {e}"))?;
+            println!("{key}\n{}", sessionless::auth::keys::file_line(&id, &key));
             Ok(())
         }
         Some(Command::CheckConfig { file, probe }) => {

@@ -37,9 +37,7 @@ impl Keys {
             if fields.next().is_some() {
                 return Err(format!("line {at}: too many fields"));
             }
-            if id.len() > 128 || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) {
-                return Err(format!("line {at}: a key id is up to 128 letters, digits, `-`, `_` or `.`"));
-            }
+            check_id(id).map_err(|e| format!("line {at}: {e}"))?;
             let digest =
                 decode_hex(hex).ok_or_else(|| format!("line {at}: the digest must be 64 hex digits"))?;
             if keys.iter().any(|k| k.id == id) {
@@ -73,6 +71,14 @@ impl Keys {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+}
+
+/// A key id: 1 to 128 letters, digits, `-`, `_` or `.`.
+pub fn check_id(id: &str) -> Result<(), String> {
+    if id.is_empty() || id.len() > 128 || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) {
+        return Err("a key id is 1 to 128 letters, digits, `-`, `_` or `.`".into());
+    }
+    Ok(())
 }
 
 /// The line of a key file for a key with this id.
