@@ -110,6 +110,9 @@ pub enum Error {
     /// Valid credentials without the scopes needed (space-separated).
     #[error("insufficient scope: needs {0}")]
     Forbidden(String),
+    /// An authorization rule refuses this caller the tool, prompt or resource named.
+    #[error("not allowed: {0}")]
+    Denied(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -173,6 +176,7 @@ impl Error {
             ReplicaRefused => "replica_refused",
             Unauthorized(_) => "unauthorized",
             Forbidden(_) => "forbidden",
+            Denied(_) => "denied",
             Internal(_) => "internal",
         }
     }
@@ -203,7 +207,7 @@ impl Error {
             | TooManyStreams => StatusCode::TOO_MANY_REQUESTS,
             QuestionDeclined(_) => StatusCode::SERVICE_UNAVAILABLE,
             Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            Forbidden(_) => StatusCode::FORBIDDEN,
+            Forbidden(_) | Denied(_) => StatusCode::FORBIDDEN,
             Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -297,6 +301,11 @@ impl Error {
                 code::FORBIDDEN,
                 format!("Forbidden: the token lacks the scope this needs ({scope})"),
                 Some(json!({"reason": "insufficient_scope", "scope": scope})),
+            ),
+            Denied(what) => (
+                code::FORBIDDEN,
+                format!("Forbidden: this caller may not use {what}"),
+                Some(json!({"reason": "denied"})),
             ),
             Internal(_) => (code::INTERNAL_ERROR, "Internal error".into(), None),
         };

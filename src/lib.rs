@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod auth;
+pub mod authz;
 pub mod body;
 pub mod bridge;
 pub mod cluster;

@@ -207,10 +207,10 @@ impl Gateway {
             return self.reject_as(client, &target, None, &e, started);
         }
         // Who is calling, before anything is read or sent.
-        let principal = match &target.route.auth {
-            None => crate::auth::anyone(&parts.headers).principal,
+        let who = match &target.route.auth {
+            None => crate::auth::anyone(&parts.headers),
             Some(policy) => match self.auth.check(&target.route.path, policy, &parts.headers).await {
-                Ok(who) => who.principal,
+                Ok(who) => who,
                 Err(e) => {
                     let mut resp = self.reject_as(client, &target, None, &e, started);
                     resp.headers_mut()
@@ -219,6 +219,15 @@ impl Gateway {
                 }
             },
         };
+        let access = (!target.route.rules.is_empty()).then(|| {
+            let who = crate::authz::Who {
+                principal: who.principal.clone(),
+                groups: who.groups,
+                scopes: who.scopes,
+            };
+            Arc::new(crate::authz::View::new(target.route.rules.clone(), who))
+        });
+        let principal = who.principal;
         if legacy_verb {
             return self.session_verb(&target, parts, principal, started).await;
         }
@@ -236,7 +245,17 @@ impl Gateway {
         if generation == Generation::Modern {
             self.count_stale_headers(&parts.headers);
         }
-        let caller = Caller { principal, headers: parts.headers, body, forwarded: false };
+        // A legacy client's call is checked here; a modern one once parsed.
+        if let (Some(view), Generation::Legacy) = (&access, generation) {
+            if let Some((method, name)) = crate::authz::legacy_target(&body) {
+                if !view.allows_call(&method, &name) {
+                    let id = front::request_id(&body);
+                    let e = Error::Denied(format!("{method} {name}"));
+                    return self.reject_as(generation, &target, id.as_ref(), &e, started);
+                }
+            }
+        }
+        let caller = Caller { principal, headers: parts.headers, body, forwarded: false, access };
         let upstream = match target.generation().await {
             Ok(upstream) => upstream,
             Err(e) => {
@@ -267,7 +286,8 @@ impl Gateway {
         principal: String,
         started: Instant,
     ) -> Response<Body> {
-        let caller = Caller { principal, headers: parts.headers, body: Bytes::new(), forwarded: false };
+        let caller =
+            Caller { principal, headers: parts.headers, body: Bytes::new(), forwarded: false, access: None };
         let upstream = match target.generation().await {
             Ok(upstream) => upstream,
             Err(e) => return self.reject_as(Generation::Legacy, target, None, &e, started),
@@ -363,7 +383,8 @@ impl Gateway {
         if let Err(why) = self.modern_legacy.admit_forwarded(&target.route, &call, &head.principal) {
             return Ok(gate.refuse(why));
         }
-        let caller = Caller { principal: head.principal, headers, body, forwarded: true };
+        // Checked by the replica that received it, before it was forwarded.
+        let caller = Caller { principal: head.principal, headers, body, forwarded: true, access: None };
         Ok(self.run(target, *call, caller, admission, started).await)
     }
 
@@ -381,6 +402,12 @@ impl Gateway {
             Ok(Message::Call(call)) => *call,
             Err(rej) => return self.reject(&target, rej.id.as_ref(), &rej.error, started),
         };
+        if let (Some(view), Some(name)) = (&caller.access, &call.name) {
+            if !view.allows_call(call.method.as_str(), name) {
+                let e = Error::Denied(format!("{} {name}", call.method.as_str()));
+                return self.reject(&target, Some(&call.id), &e, started);
+            }
+        }
         // Draining: retries of paused calls are still served, new calls go elsewhere.
         if self.draining.load(Ordering::SeqCst) && !call.params.contains_key("requestState") {
             return self.reject(&target, Some(&call.id), &Error::Overloaded, started);
@@ -403,10 +430,7 @@ impl Gateway {
         started: Instant,
     ) -> Response<Body> {
         let Admission { _call: permit, _body: share } = admission;
-        let (resp, outcome) = self
-            .modern_modern
-            .serve(&target, &call, &caller.headers, &caller.principal, caller.body, Box::new(permit))
-            .await;
+        let (resp, outcome) = self.modern_modern.serve(&target, &call, caller, Box::new(permit)).await;
         drop(share);
         self.services.count(
             &target.route.path,

@@ -75,7 +75,10 @@ impl Keys {
 
 /// A key id: 1 to 128 letters, digits, `-`, `_` or `.`.
 pub fn check_id(id: &str) -> Result<(), String> {
-    if id.is_empty() || id.len() > 128 || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) {
+    if id.is_empty()
+        || id.len() > 128
+        || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    {
         return Err("a key id is 1 to 128 letters, digits, `-`, `_` or `.`".into());
     }
     Ok(())

@@ -186,6 +186,9 @@ pub struct Caller {
     /// a call paused here): only ever resumes that call; never forwarded
     /// again, never run as a new call.
     pub forwarded: bool,
+    /// The route's authorization rules as this caller sees them (`None`:
+    /// the route has none).
+    pub access: Option<Arc<crate::authz::View>>,
 }
 
 /// 128 random bits, hex: flow ids and instance ids.

@@ -161,6 +161,8 @@ pub struct Route {
     pub replay_ttl: Duration,
     /// Who may call: `None` for anyone (no policy, or `type = "none"`).
     pub auth: Option<Arc<AuthPolicy>>,
+    /// What each caller may call (empty: everything).
+    pub rules: Arc<[crate::authz::Rule]>,
 }
 
 impl Route {
@@ -250,6 +252,7 @@ impl Config {
                 tool_prefix: None,
                 discover_ttl_ms: None,
                 auth: None,
+                rules: Vec::new(),
             }],
             ..Default::default()
         };
@@ -456,6 +459,39 @@ fn upstream(u: &raw::RawUpstream, text: &str) -> Result<Upstream, ConfigError> {
     })
 }
 
+/// A route's authorization rules.
+fn rules(raw: &[raw::RawRule], text: &str) -> Result<Arc<[crate::authz::Rule]>, ConfigError> {
+    raw.iter()
+        .map(|r| {
+            let allow = match r.effect.as_str() {
+                "allow" => true,
+                "deny" => false,
+                other => {
+                    return Err(ConfigError(format!(
+                        "{}a rule's effect must be \"allow\" or \"deny\", not `{other}`",
+                        at(text, "effect")
+                    )))
+                }
+            };
+            if r.tools.is_empty() && r.prompts.is_empty() && r.resources.is_empty() {
+                return Err(ConfigError(format!(
+                    "{}a rule names tools, prompts or resources (patterns; `*` for all)",
+                    at(text, "effect")
+                )));
+            }
+            Ok(crate::authz::Rule {
+                allow,
+                tools: r.tools.clone(),
+                prompts: r.prompts.clone(),
+                resources: r.resources.clone(),
+                principals: r.principals.clone(),
+                groups: r.groups.clone(),
+                scopes: r.scopes.clone(),
+            })
+        })
+        .collect()
+}
+
 /// One instance's URL: http(s) with a host and no credentials (they would
 /// never be sent, and the URL names the instance in metrics and logs).
 fn instance_url(url: &str, text: &str) -> Result<Uri, ConfigError> {
@@ -534,6 +570,7 @@ fn route(
         path: r.path.clone(),
         upstream: upstream.clone(),
         auth: auth.filter(|p| !matches!(p.kind, AuthKind::None)),
+        rules: rules(&r.rules, text)?,
         ttl_ms: r.ttl_ms.unwrap_or(0),
         cache_scope,
         discover_ttl: ms(r.discover_ttl_ms, 60_000),

@@ -104,6 +104,30 @@ pub struct RawRoute {
     pub discover_ttl_ms: Option<u64>,
     /// The authentication policy (an `[auth.<name>]`); none when absent.
     pub auth: Option<String>,
+    /// Authorization rules (`[[routes.rules]]`), the first match decides.
+    #[serde(default)]
+    pub rules: Vec<RawRule>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRule {
+    /// "allow" or "deny".
+    pub effect: String,
+    /// Patterns (`*` matches any run of characters) of what it names.
+    #[serde(default)]
+    pub tools: Vec<String>,
+    #[serde(default)]
+    pub prompts: Vec<String>,
+    #[serde(default)]
+    pub resources: Vec<String>,
+    /// Whom it applies to (any of these; none: everyone).
+    #[serde(default)]
+    pub principals: Vec<String>,
+    #[serde(default)]
+    pub groups: Vec<String>,
+    #[serde(default)]
+    pub scopes: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -119,6 +119,11 @@ async fn handle(
             resp.headers_mut().insert("content-type", "application/json".parse().unwrap());
             return Ok(resp);
         }
+        (Some("tools/list"), _) => {
+            result(json!({"resultType": "complete", "ttlMs": 0, "cacheScope": "private",
+            "tools": [{"name": "echo", "inputSchema": {"type": "object"}},
+                      {"name": "delete_user", "inputSchema": {"type": "object"}}]}))
+        }
         (Some("tools/call"), Some("stream")) => {
             let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
                 "params": {"progressToken": "p", "progress": 1}});

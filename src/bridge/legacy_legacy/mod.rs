@@ -200,6 +200,12 @@ impl Bridge {
     ) -> Response<Body> {
         let (resp, label, outcome) = match Peeked::of(&caller.body) {
             Err(e) => (self.error(None, &e), "invalid", e.reason()),
+            Ok(peek) if peek.label == "batch" && caller.access.is_some() => {
+                let e = Error::InvalidRequest(
+                    "batches are not relayed on a route with authorization rules".into(),
+                );
+                (self.error(None, &e), peek.label, e.reason())
+            }
             Ok(peek) => {
                 let done = if peek.initialize {
                     // A session id on initialize must still be one of ours
@@ -317,7 +323,7 @@ impl Bridge {
             }
             s if gone(s) => Err(self.gone(target)),
             405 => Err(Error::MethodNotAllowed),
-            _ => self.json_answer(upstream, resp).await,
+            _ => self.json_answer(upstream, resp, None).await,
         }
     }
 
@@ -369,7 +375,7 @@ impl Bridge {
             // The upstream's own JSON-RPC error passes as it is; anything
             // else is a gateway error.
             end_minted();
-            return self.json_answer(upstream, resp).await;
+            return self.json_answer(upstream, resp, None).await;
         }
         // The answer is read whole: the token goes in its headers, and the
         // negotiated version comes from it. An initialize answer is small.
@@ -470,6 +476,8 @@ impl Bridge {
         let (claims, upstream) = self.session(target, caller)?;
         let wire = wire(&claims, &caller.headers);
         let deadline = tokio::time::Instant::now() + target.route.upstream.call_timeout;
+        // The route's rules hide denied items from the lists relayed.
+        let filter = caller.access.clone();
         let resp = match self.post_upstream(upstream, &wire, caller).await {
             Err(PostError::NotSent) => return Err(self.instance_gone(target)),
             other => other.map_err(|e| map_error(e, true))?,
@@ -488,9 +496,13 @@ impl Bridge {
                 );
                 relay.deadline = Some(deadline);
                 relay.id = peek.id.clone();
+                if let Some(view) = filter.clone() {
+                    let method = peek.label;
+                    relay.rewrite = Some(Box::new(move |data: &str| view.filter_message(method, data)));
+                }
                 Ok(relay.response(None))
             }
-            _ => self.json_answer(upstream, resp).await,
+            _ => self.json_answer(upstream, resp, filter.as_deref().map(|v| (v, peek.label))).await,
         }
     }
 
@@ -561,12 +573,24 @@ impl Bridge {
 
     /// A JSON answer relayed as it is when it is a JSON-RPC message (an
     /// error status included); anything else becomes a gateway error.
-    async fn json_answer(&self, upstream: &Transport, resp: h1::Response) -> Result<Response<Body>, Error> {
+    /// `filter`: the caller's view of the route's rules and the list method
+    /// whose answer this is (denied items are removed).
+    async fn json_answer(
+        &self,
+        upstream: &Transport,
+        resp: h1::Response,
+        filter: Option<(&crate::authz::View, &str)>,
+    ) -> Result<Response<Body>, Error> {
         let status = StatusCode::from_u16(resp.status).unwrap_or(StatusCode::BAD_GATEWAY);
         let success = status.is_success();
         let json = resp.is_json();
         let body = upstream.read_body(resp.body).await.map_err(|e| map_error(e, true))?;
         if json && relay::is_json_message(&body) {
+            let filtered = match (filter, std::str::from_utf8(&body)) {
+                (Some((view, method)), Ok(text)) => view.filter_message(method, text).ok().flatten(),
+                _ => None,
+            };
+            let body = filtered.map(Bytes::from).unwrap_or(body);
             return Ok(relay::answer(status, body, false, None));
         }
         Err(if success {

@@ -419,6 +419,9 @@ impl Bridge {
                     }
                     self.tool_headers.remember(&route.path, &caller.principal, Arc::new(map));
                 }
+                if let Some(view) = &caller.access {
+                    view.filter(method, &mut result);
+                }
                 strip_modern(&mut result);
                 return Ok(Value::Object(result));
             }

@@ -76,8 +76,13 @@ impl Default for Seals {
             Ok(Message::Call(call)) => *call,
             other => panic!("the fixture request is valid: {other:?}"),
         };
-        let caller =
-            Caller { principal: "anonymous".into(), headers, body: Default::default(), forwarded: false };
+        let caller = Caller {
+            principal: "anonymous".into(),
+            headers,
+            body: Default::default(),
+            forwarded: false,
+            access: None,
+        };
         let state = FlowState {
             r: "/mcp".into(),
             i: String::new(),

@@ -351,6 +351,9 @@ impl Bridge {
         if cx.call.method == Method::ToolsList && !cx.call.params.contains_key("cursor") {
             self.tool_headers.learn(session, cx.caller, &result);
         }
+        if let Some(view) = &cx.caller.access {
+            view.filter(cx.call.method.as_str(), &mut result);
+        }
         Done::Result(translate::result(cx.call.method, cx.route, &session.init, result))
     }
 }

@@ -21,7 +21,7 @@ use http::{header, HeaderValue, Response, StatusCode};
 use serde_json::Value;
 
 use super::relay::{self, Relay};
-use super::{Services, Target};
+use super::{Caller, Services, Target};
 use crate::error::{error_body, Error};
 use crate::front::{Call, SUPPORTED_VERSIONS};
 use crate::metrics::ReasonLabels;
@@ -43,6 +43,8 @@ struct Binding {
     method: &'static str,
     name: Option<String>,
     instance: String,
+    /// The caller's view of the route's rules: list results are filtered.
+    access: Option<Arc<crate::authz::View>>,
 }
 
 impl Binding {
@@ -60,6 +62,19 @@ impl Binding {
     /// carries none (kept byte for byte), `Err` when it is not a JSON-RPC
     /// message the gateway can read (never passed on: a state it could not
     /// see would reach the client unsealed).
+    /// A message as the client gets it: a list's denied items removed
+    /// ([`crate::authz`]), then its `requestState` sealed.
+    fn rewrite(&self, text: &str) -> Result<Option<String>, ()> {
+        let filtered = match &self.access {
+            Some(view) => view.filter_message(self.method, text)?,
+            None => None,
+        };
+        match self.seal_in(filtered.as_deref().unwrap_or(text))? {
+            Some(sealed) => Ok(Some(sealed)),
+            None => Ok(filtered),
+        }
+    }
+
     fn seal_in(&self, text: &str) -> Result<Option<String>, ()> {
         let Some((span, state)) = state_span(text, Holder::Result)? else {
             return Ok(None);
@@ -122,27 +137,27 @@ impl Bridge {
         Bridge { services }
     }
 
-    /// Passes `call` (whose body is `body`, as received) to the upstream;
-    /// the answer, and the outcome label for metrics. `hold` lives as long
-    /// as the answer.
+    /// Passes `call` (whose body is the caller's, as received) to the
+    /// upstream; the answer, and the outcome label for metrics. `hold` lives
+    /// as long as the answer.
     pub async fn serve(
         &self,
         target: &Target,
         call: &Call,
-        headers: &http::HeaderMap,
-        principal: &str,
-        body: Bytes,
+        caller: Caller,
         hold: Box<dyn Any + Send + Sync>,
     ) -> (Response<Body>, &'static str) {
+        let Caller { principal, headers, body, access, .. } = caller;
         let binding = Binding {
             sealer: self.services.sealer.clone(),
-            principal: principal.to_string(),
+            principal,
             route: target.route.path.clone(),
             method: call.method.as_str(),
             name: call.name.clone(),
             instance: String::new(),
+            access,
         };
-        match self.pass(target, call, headers, body, binding, hold).await {
+        match self.pass(target, call, &headers, body, binding, hold).await {
             Ok(resp) => (resp, "forwarded"),
             Err(e) => {
                 target.observed(e.reason());
@@ -227,7 +242,7 @@ impl Bridge {
                 relay.deadline = Some(tokio::time::Instant::now() + target.route.upstream.call_timeout);
             }
             relay.id = Some(call.id.clone());
-            relay.rewrite = Some(Box::new(move |data: &str| binding.seal_in(data)));
+            relay.rewrite = Some(Box::new(move |data: &str| binding.rewrite(data)));
             return Ok(relay.response(None));
         }
         self.json_answer(upstream, resp, &binding).await
@@ -257,7 +272,7 @@ impl Bridge {
         if !json || !relay::is_json_message(&body) {
             return Err(invalid());
         }
-        let body = match binding.seal_in(text).map_err(|()| invalid())? {
+        let body = match binding.rewrite(text).map_err(|()| invalid())? {
             Some(sealed) => Bytes::from(sealed),
             None => body,
         };
