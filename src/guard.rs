@@ -130,12 +130,7 @@ pub fn principal(headers: &HeaderMap) -> String {
         None => "anonymous".into(),
         Some(t) => {
             let digest = Sha256::digest(t.trim().as_bytes());
-            let mut s = String::with_capacity(34);
-            s.push_str("b:");
-            for b in &digest[..16] {
-                s.push_str(&format!("{b:02x}"));
-            }
-            s
+            format!("b:{}", crate::seal::hex(&digest[..16]))
         }
     }
 }

@@ -116,38 +116,54 @@ impl Verifier {
         })
     }
 
-    /// Verifies `token`.
+    /// Verifies `token`: from the cache, or checked (fetching the JWKS URL
+    /// again for an unknown `kid` when that is due) and cached.
     pub async fn verify(&self, token: &str) -> Result<Verified, Invalid> {
         if token.len() > MAX_TOKEN {
             return Err(Invalid::Malformed);
         }
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        if let Some(hit) = self.cache.get(&digest) {
-            let key_kept = hit.kid.is_none() || self.keys.load().iter().any(|k| k.kid == hit.kid);
-            if hit.until > Instant::now() && key_kept {
-                return Ok(hit);
-            }
-            self.cache.remove(&digest);
+        if let Some(hit) = self.cached(&digest) {
+            return Ok(hit);
         }
+        let verified = match self.check_now(token) {
+            Err(Invalid::UnknownKey) if self.refresh_due() => {
+                self.refresh().await;
+                self.check_now(token)
+            }
+            other => other,
+        }?;
+        self.cache.insert(digest, verified.clone());
+        Ok(verified)
+    }
+
+    /// A token verified before (by its digest), still fresh and its key
+    /// still in the JWKS.
+    pub fn cached(&self, digest: &[u8; 32]) -> Option<Verified> {
+        let hit = self.cache.get(digest)?;
+        let key_kept = hit.kid.is_none() || self.keys.load().iter().any(|k| k.kid == hit.kid);
+        if hit.until > Instant::now() && key_kept {
+            return Some(hit);
+        }
+        self.cache.remove(digest);
+        None
+    }
+
+    /// What a cache miss costs: the header read, the key found, the
+    /// signature and claims checked.
+    pub fn check_now(&self, token: &str) -> Result<Verified, Invalid> {
         let header = jsonwebtoken::decode_header(token).map_err(|_| Invalid::Malformed)?;
         if !self.policy.algorithms.contains(&header.alg) {
             return Err(Invalid::Algorithm);
         }
-        let verified = if header.alg == Algorithm::HS256 {
+        if header.alg == Algorithm::HS256 {
             let key = self.hs256.as_ref().ok_or(Invalid::Algorithm)?;
-            self.check(token, key, header.alg, None)?
-        } else {
-            let mut found = self.key_for(header.kid.as_deref(), header.alg);
-            if found.is_none() && self.refresh_due() {
-                self.refresh().await;
-                found = self.key_for(header.kid.as_deref(), header.alg);
-            }
-            let keys = self.keys.load();
-            let key = found.and_then(|i| keys.get(i)).ok_or(Invalid::UnknownKey)?;
-            self.check(token, &key.key, header.alg, key.kid.clone())?
-        };
-        self.cache.insert(digest, verified.clone());
-        Ok(verified)
+            return self.check(token, key, header.alg, None);
+        }
+        let keys = self.keys.load();
+        let key = self.key_for(header.kid.as_deref(), header.alg).and_then(|i| keys.get(i));
+        let key = key.ok_or(Invalid::UnknownKey)?;
+        self.check(token, &key.key, header.alg, key.kid.clone())
     }
 
     /// The index of the key for `kid` that verifies `alg`; without a `kid`,
@@ -265,12 +281,7 @@ impl Verifier {
 pub fn principal(iss: &str, sub: &str) -> String {
     let digest =
         Sha256::new().chain_update(iss.as_bytes()).chain_update([0]).chain_update(sub.as_bytes()).finalize();
-    let mut s = String::with_capacity(36);
-    s.push_str("jwt:");
-    for b in &digest[..16] {
-        s.push_str(&format!("{b:02x}"));
-    }
-    s
+    format!("jwt:{}", crate::seal::hex(&digest[..16]))
 }
 
 /// The keys of a JWKS document usable with `algorithms`. Symmetric (`oct`)

@@ -195,5 +195,5 @@ pub struct Caller {
 pub(crate) fn random_id() -> String {
     let mut b = [0u8; 16];
     rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut b);
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    crate::seal::hex(&b)
 }

@@ -73,7 +73,7 @@ pub fn params_digest(params: &Map<String, Value>) -> String {
         p.remove(k);
     }
     let digest = Sha256::digest(Value::Object(p).to_string().as_bytes());
-    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+    crate::seal::hex(&digest[..16])
 }
 
 fn aad(route: &str, method: &str) -> Vec<u8> {
