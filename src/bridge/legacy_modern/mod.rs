@@ -49,6 +49,9 @@ const MAX_ROUNDS: usize = 16;
 const MAX_CAPABILITIES: usize = 1024;
 /// The longest `clientInfo` name or version kept.
 const MAX_INFO: usize = 128;
+/// The tool annotations are one per route: the upstream never learns who
+/// calls (no credentials go upstream), so its tool list is the same for all.
+const ANY_CALLER: &str = "";
 /// Pages of `tools/list` read to learn `x-mcp-header` annotations.
 const MAX_TOOL_PAGES: usize = 20;
 
@@ -372,7 +375,7 @@ impl Bridge {
             _ => None,
         };
         let param_headers = match (method, &name) {
-            ("tools/call", Some(tool)) => self.param_headers(target, caller, tool, &params).await,
+            ("tools/call", Some(tool)) => self.param_headers(target, tool, &params).await,
             _ => Vec::new(),
         };
         let encoded = name.as_deref().map(encode_value);
@@ -417,7 +420,7 @@ impl Bridge {
                     if let Some(Value::Array(tools)) = result.get("tools") {
                         tool_headers::annotations(tools, &mut map);
                     }
-                    self.tool_headers.remember(&route.path, &caller.principal, Arc::new(map));
+                    self.tool_headers.remember(&route.path, ANY_CALLER, Arc::new(map));
                 }
                 if let Some(view) = &caller.access {
                     view.filter(method, &mut result);
@@ -456,16 +459,15 @@ impl Bridge {
     async fn param_headers(
         &self,
         target: &Target,
-        caller: &Caller,
         tool: &str,
         params: &Map<String, Value>,
     ) -> Vec<(String, String)> {
         let route = &target.route.path;
-        let tools = match self.tool_headers.cached(route, &caller.principal) {
+        let tools = match self.tool_headers.cached(route, ANY_CALLER) {
             Some(tools) => tools,
             None => match self.list_tools(target).await {
                 Some(tools) => {
-                    self.tool_headers.remember(route, &caller.principal, tools.clone());
+                    self.tool_headers.remember(route, ANY_CALLER, tools.clone());
                     tools
                 }
                 None => return Vec::new(),
