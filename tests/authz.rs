@@ -126,7 +126,7 @@ async fn the_pass_through_filters_a_modern_upstreams_lists() {
     let up = ModernUpstream::start().await;
     let gw = Gateway::with_config(config(&up.url, "modern", "pass")).await;
     let bob = gw.request("tools/list").bearer("bob-key").send().await;
-    assert_eq!(names(bob.result(), "tools", "name"), ["echo"], "{}", bob.raw);
+    assert_eq!(names(bob.result(), "tools", "name"), ["echo", "annotated"], "{}", bob.raw);
     let alice = gw.request("tools/list").bearer("alice-key").send().await;
-    assert_eq!(names(alice.result(), "tools", "name"), ["echo", "delete_user"]);
+    assert_eq!(names(alice.result(), "tools", "name"), ["echo", "delete_user", "annotated"]);
 }

@@ -204,3 +204,29 @@ async fn an_unanswered_question_is_cancelled_and_a_refusal_declines() {
     let done = events.next().await.expect("the result");
     assert!(done.to_string().contains("no answer (decline)"), "{done}");
 }
+
+#[tokio::test]
+async fn a_translated_call_carries_the_2026_headers_the_tool_asks_for() {
+    let up = support::modern::ModernUpstream::start().await;
+    let gw = Gateway::start_auto(&up.url).await;
+    let client = Legacy::new(&gw);
+    let session = client.open().await;
+    let reply =
+        client.post(Some(&session), call(json!(1), "annotated", json!({"region": " eu-west ü"}))).await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    let seen = up
+        .calls()
+        .into_iter()
+        .find(|c| c.body["params"]["name"] == "annotated")
+        .expect("the call went upstream");
+    let header = |name: &str| seen.headers.get(name).map(|v| v.to_str().unwrap().to_string());
+    assert_eq!(header("mcp-method").as_deref(), Some("tools/call"));
+    assert_eq!(header("mcp-name").as_deref(), Some("annotated"));
+    assert_eq!(header("mcp-protocol-version").as_deref(), Some("2026-07-28"));
+    // Not plain ASCII, with surrounding spaces: sent in the base64 form.
+    let region = header("mcp-param-region").expect("the annotated argument's header");
+    assert!(region.starts_with("=?base64?"), "{region}");
+    assert!(seen.headers.get("mcp-session-id").is_none());
+    assert_eq!(seen.body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"], "2026-07-28");
+    assert_eq!(seen.body["params"]["_meta"]["io.modelcontextprotocol/clientInfo"]["name"], "old-client");
+}

@@ -122,7 +122,9 @@ async fn handle(
         (Some("tools/list"), _) => {
             result(json!({"resultType": "complete", "ttlMs": 0, "cacheScope": "private",
             "tools": [{"name": "echo", "inputSchema": {"type": "object"}},
-                      {"name": "delete_user", "inputSchema": {"type": "object"}}]}))
+                      {"name": "delete_user", "inputSchema": {"type": "object"}},
+                      {"name": "annotated", "inputSchema": {"type": "object",
+                          "properties": {"region": {"type": "string", "x-mcp-header": "Region"}}}}]}))
         }
         (Some("tools/call"), Some("stream")) => {
             let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
