@@ -25,6 +25,8 @@ pub mod code {
     /// Application codes for a refused authentication (401) and authorization (403).
     pub const UNAUTHORIZED: i64 = -31001;
     pub const FORBIDDEN: i64 = -31003;
+    /// Application code (outside the reserved range) for a rate limit: -31000 - 29, after HTTP 429.
+    pub const RATE_LIMITED: i64 = -31029;
 }
 
 /// Who caused an error: feeds metrics and retry decisions.
@@ -84,6 +86,16 @@ pub enum Error {
     ReplicaRefused,
     #[error("gateway overloaded")]
     Overloaded,
+    /// A rate limit of the route refused the caller (`crate::ratelimit`).
+    #[error("rate limited")]
+    RateLimited(crate::ratelimit::Refused),
+    /// The upstream has as many requests in flight as it may.
+    #[error("upstream busy")]
+    UpstreamBusy,
+    /// Every instance of the upstream is down (breaker open): no new work
+    /// is sent until a health probe finds one answering.
+    #[error("upstream unavailable")]
+    CircuitOpen,
     /// The call ran and asked a question that could not be paused: it was
     /// declined upstream on the client's behalf.
     #[error("too many paused calls: the question was declined")]
@@ -132,7 +144,8 @@ impl Error {
             | UpstreamInvalid(_)
             | UpstreamTooLarge
             | OutcomeUnknown => Source::Upstream,
-            Overloaded | Internal(_) | ReplicaRefused | QuestionDeclined(_) => Source::Gateway,
+            Overloaded | Internal(_) | ReplicaRefused | QuestionDeclined(_) | UpstreamBusy => Source::Gateway,
+            CircuitOpen => Source::Upstream,
             _ => Source::Client,
         }
     }
@@ -141,6 +154,14 @@ impl Error {
     /// the upstream cannot have seen it.
     pub fn retryable(&self) -> bool {
         matches!(self, Error::UpstreamUnreachable)
+    }
+
+    /// Seconds to put in `Retry-After` when it is not the default one second.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            Error::RateLimited(refused) => Some(refused.retry_after_secs()),
+            _ => None,
+        }
     }
 
     /// A short, bounded label for metrics.
@@ -168,6 +189,9 @@ impl Error {
             UpstreamTooLarge => "upstream_too_large",
             OutcomeUnknown => "outcome_unknown",
             Overloaded => "overloaded",
+            RateLimited(_) => "rate_limited",
+            UpstreamBusy => "upstream_busy",
+            CircuitOpen => "circuit_open",
             QuestionDeclined(_) => "too_many_paused_calls",
             TooManySessions | TooManyNewSessions => "too_many_sessions",
             TooManyStreams => "too_many_streams",
@@ -199,6 +223,8 @@ impl Error {
             UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             ReplicaRefused => StatusCode::BAD_GATEWAY,
             Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            UpstreamBusy | CircuitOpen => StatusCode::SERVICE_UNAVAILABLE,
             SessionRequired => StatusCode::BAD_REQUEST,
             SessionNotFound => StatusCode::NOT_FOUND,
             QuestionDeclined(crate::park::Refused::PrincipalFull)
@@ -252,6 +278,29 @@ impl Error {
                 code::OVERLOADED,
                 "Gateway overloaded, retry later".into(),
                 Some(json!({"reason": "overloaded"})),
+            ),
+            RateLimited(refused) => (
+                code::RATE_LIMITED,
+                format!(
+                    "Rate limit exceeded: {}; retry after {} s",
+                    refused.kind.describe(),
+                    refused.retry_after_secs()
+                ),
+                Some(json!({"reason": "rate_limited", "limit": refused.kind.label(),
+                    "retryAfter": refused.retry_after_secs()})),
+            ),
+            UpstreamBusy => (
+                code::OVERLOADED,
+                "The upstream server has as many requests in flight as this gateway allows it; retry later"
+                    .into(),
+                Some(json!({"reason": "upstream_busy"})),
+            ),
+            CircuitOpen => (
+                code::OVERLOADED,
+                "Every instance of the upstream server is down; no new work is sent to it until a \
+                 health probe finds one answering. Retry later"
+                    .into(),
+                Some(json!({"reason": "circuit_open"})),
             ),
             QuestionDeclined(why) => (
                 code::OVERLOADED,

@@ -15,6 +15,7 @@ pub mod front;
 pub mod guard;
 pub mod metrics;
 pub mod park;
+pub mod ratelimit;
 pub mod ratelog;
 pub mod reply;
 pub mod seal;
@@ -116,6 +117,7 @@ pub async fn run(config: Config) -> std::io::Result<Running> {
         }
     }
     let mut tasks = vec![
+        tokio::spawn(gateway.targets().clone().sweep_rate_limits(stop.clone())),
         tokio::spawn(gateway.modern_legacy().pool().clone().run_reaper(stop.clone())),
         tokio::spawn(gateway.modern_legacy().clone().run_flow_reaper(stop.clone())),
         tokio::spawn(gateway.targets().clone().watch(stop.clone())),

@@ -80,6 +80,20 @@ pub struct QuotaLabels {
     pub quota: &'static str,
 }
 
+/// A rate limit of a route: `principal`, `tool` or `overflow` (see `crate::ratelimit`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RateLimitLabels {
+    pub route: String,
+    pub limit: &'static str,
+}
+
+/// A route's upstream, as a whole (all its instances).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteUpstreamLabels {
+    pub route: String,
+    pub upstream: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OpenedLabels {
     pub route: String,
@@ -118,6 +132,10 @@ pub struct Metrics {
     pub client_connections_open: Gauge,
     pub client_connections_ended: Family<EndedLabels, Counter>,
     pub quota_exceeded: Family<QuotaLabels, Counter>,
+    pub rate_limited: Family<RateLimitLabels, Counter>,
+    pub rate_limit_keys: Family<RateLimitLabels, Gauge>,
+    pub upstream_breaker_open: Family<RouteUpstreamLabels, Gauge>,
+    pub upstream_busy: Family<RouteUpstreamLabels, Counter>,
     pub internal_refused: Family<RefusedLabels, Counter>,
     pub legacy_sessions_opened: Family<OpenedLabels, Counter>,
     pub session_tokens_rejected: Family<ReasonLabels, Counter>,
@@ -154,6 +172,10 @@ impl Metrics {
             client_connections_open: Gauge::default(),
             client_connections_ended: Family::default(),
             quota_exceeded: Family::default(),
+            rate_limited: Family::default(),
+            rate_limit_keys: Family::default(),
+            upstream_breaker_open: Family::default(),
+            upstream_busy: Family::default(),
             internal_refused: Family::default(),
             legacy_sessions_opened: Family::default(),
             session_tokens_rejected: Family::default(),
@@ -222,6 +244,26 @@ impl Metrics {
             "quota_exceeded",
             "Requests refused or questions declined because a per-principal quota was reached",
             m.quota_exceeded.clone(),
+        );
+        r.register(
+            "rate_limited",
+            "Requests refused with 429 by a route's rate limit: principal, tool, or overflow (principals beyond the ones tracked)",
+            m.rate_limited.clone(),
+        );
+        r.register(
+            "rate_limit_keys",
+            "Principals tracked one by one by a route's rate limits (route limit; all tool limits), as of the last sweep",
+            m.rate_limit_keys.clone(),
+        );
+        r.register(
+            "upstream_breaker_open",
+            "1 while every instance of a route's upstream is down and confirmed by a probe: new work gets 503 without a connection attempt",
+            m.upstream_breaker_open.clone(),
+        );
+        r.register(
+            "upstream_busy",
+            "Requests refused with 503 because the upstream had max_concurrent_requests in flight",
+            m.upstream_busy.clone(),
         );
         r.register(
             "internal_refused",

@@ -332,6 +332,7 @@ impl Gateway {
         let max = self.config.limits.max_body_bytes;
         let (bytes, share) =
             crate::body::read(body, max, &self.config.connections, &self.body_budget).await?;
+        let call = Permits { _gateway: call, _upstream: None };
         Ok((bytes, Admission { _call: call, _body: Some(share) }))
     }
 
@@ -411,6 +412,11 @@ impl Gateway {
         // Draining: retries of paused calls are still served, new calls go elsewhere.
         if self.draining.load(Ordering::SeqCst) && !call.params.contains_key("requestState") {
             return self.reject(&target, Some(&call.id), &Error::Overloaded, started);
+        }
+        let mut admission = admission;
+        match target.admit(&caller.principal, &[ask(cell, &target, &call)]) {
+            Ok(slot) => admission._call._upstream = Some(slot),
+            Err(e) => return self.reject(&target, Some(&call.id), &e, started),
         }
         if cell == Cell::ModernModern {
             return self.pass(target, call, caller, admission, started).await;
@@ -527,14 +533,33 @@ async fn answer_of(work: Work, answer: tokio::sync::oneshot::Receiver<Response<B
 
 /// The JSON-RPC error answer for `err`, echoing `id`.
 fn error_response(id: Option<&serde_json::Value>, err: &Error) -> Response<Body> {
-    reply::json_response(err.status(), &error_body(id, err, SUPPORTED_VERSIONS))
+    reply::error(id, err)
 }
 
-/// What a call holds while it runs: its concurrency permit and, for a retry
+/// What a call holds while it runs: its concurrency permits and, for a retry
 /// that may be forwarded with its body, the body's share of the body budget.
 pub(crate) struct Admission {
-    _call: OwnedSemaphorePermit,
+    _call: Permits,
     _body: Option<crate::body::Share>,
+}
+
+/// A call's concurrency permits: the gateway's, and once admitted on its
+/// route (modern calls; legacy ones are admitted by their cell), its slot
+/// of the upstream's `max_concurrent_requests`.
+struct Permits {
+    _gateway: OwnedSemaphorePermit,
+    _upstream: Option<crate::bridge::Admitted>,
+}
+
+/// What a modern call asks of its route: a retry that resumes a call parked
+/// in a gateway is never refused (nor counted), so that the parked call is
+/// not stranded; a replay-mode retry re-runs the tool, and a 2026
+/// upstream's retry is a new stateless request to it: both count.
+fn ask<'c>(cell: Cell, target: &Target, call: &'c front::Call) -> crate::bridge::Ask<'c> {
+    let tool = call.name.as_deref().filter(|_| call.method == front::Method::ToolsCall);
+    let resumes =
+        cell == Cell::ModernLegacy && call.params.contains_key("requestState") && !target.route.replays(tool);
+    crate::bridge::Ask { tool, resumes }
 }
 
 /// Which listener a connection came in on.

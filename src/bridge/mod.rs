@@ -19,7 +19,7 @@ pub mod relay;
 mod target;
 
 pub use rejected::Rejected;
-pub use target::{Detected, Target, Targets};
+pub use target::{Admitted, Ask, Detected, Target, Targets};
 pub mod modern_legacy;
 
 use std::sync::Arc;

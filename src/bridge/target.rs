@@ -2,14 +2,20 @@
 //! upstream was found to speak. Built once; a lookup on the request path
 //! either finds a target or answers 404, it cannot miss in between.
 
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::Generation;
 use crate::config::{Config, LegacyClientMode, Route, UpstreamGeneration};
 use crate::error::Error;
-use crate::metrics::{GenerationLabels, Metrics};
+use crate::metrics::{GenerationLabels, Metrics, RouteUpstreamLabels};
+use crate::ratelimit::RateLimits;
 use crate::upstream::probe::{self, Found};
 use crate::upstream::Transport;
 
@@ -22,6 +28,39 @@ pub struct Target {
     next: AtomicUsize,
     /// What the upstream speaks (configured, or found by probing).
     pub detected: Detected,
+    /// The route's rate limits.
+    limits: RateLimits,
+    /// The upstream's `max_concurrent_requests` (shared by its routes).
+    slots: Option<Arc<Semaphore>>,
+    /// `sessionless_upstream_busy_total` for this route.
+    busy: Counter,
+    /// `sessionless_upstream_breaker_open`, and what it says.
+    breaker: Gauge,
+    breaker_was_open: AtomicBool,
+}
+
+/// What a request asks of its route, for [`Target::admit`].
+#[derive(Debug, Clone, Copy)]
+pub struct Ask<'a> {
+    /// The tool, for a `tools/call`.
+    pub tool: Option<&'a str>,
+    /// The retry of a call held in a gateway, waiting for it (a parked
+    /// flow's `requestState`): never refused, so that the call is not
+    /// stranded; it takes a concurrency slot when one is free.
+    pub resumes: bool,
+}
+
+impl<'a> Ask<'a> {
+    /// A new request: `tool` is `params.name`, kept for `tools/call` only.
+    pub fn new(method: &str, tool: Option<&'a str>) -> Ask<'a> {
+        Ask { tool: tool.filter(|_| method == "tools/call"), resumes: false }
+    }
+}
+
+/// A request's slot of its upstream's `max_concurrent_requests`, held as
+/// long as its answer.
+pub struct Admitted {
+    _slot: Option<OwnedSemaphorePermit>,
 }
 
 impl Target {
@@ -69,10 +108,59 @@ impl Target {
         (result, first)
     }
 
+    /// Admits a request's asks (several for a legacy batch; none for answers
+    /// and notifications): refused with 503 while the breaker is open or the
+    /// upstream has all its slots in use, with 429 by a rate limit. Asks that
+    /// resume a held call are never refused, nor counted.
+    pub fn admit(&self, principal: &str, asks: &[Ask<'_>]) -> Result<Admitted, Error> {
+        let new_work = asks.iter().any(|a| !a.resumes);
+        if new_work && self.breaker_open() {
+            return Err(Error::CircuitOpen);
+        }
+        let slot = match &self.slots {
+            Some(slots) if !asks.is_empty() => match slots.clone().try_acquire_owned() {
+                Ok(slot) => Some(slot),
+                Err(_) if !new_work => None,
+                Err(_) => {
+                    self.busy.inc();
+                    return Err(Error::UpstreamBusy);
+                }
+            },
+            _ => None,
+        };
+        for ask in asks.iter().filter(|a| !a.resumes) {
+            self.limits.check(principal, ask.tool).map_err(Error::RateLimited)?;
+        }
+        Ok(Admitted { _slot: slot })
+    }
+
+    /// The circuit breaker: open while every instance is down and a probe
+    /// has confirmed it. New work is then refused (503) without a
+    /// connection attempt; the health task's probe closes it.
+    pub fn breaker_open(&self) -> bool {
+        self.instances.iter().all(|i| i.health().is_confirmed_down())
+    }
+
+    /// Sets the breaker gauge (the health task, after each round of probes).
+    fn export_breaker(&self) {
+        let open = self.breaker_open();
+        if self.breaker_was_open.swap(open, Ordering::AcqRel) != open {
+            self.breaker.set(i64::from(open));
+            let (route, upstream) = (&self.route.path, &self.route.upstream.name);
+            if open {
+                tracing::warn!(%route, %upstream, "every upstream instance is down: new work refused (503)");
+            } else {
+                tracing::info!(%route, %upstream, "an upstream instance answers: new work accepted again");
+            }
+        }
+    }
+
     /// The upstream's generation, probing an instance first if it is not known yet.
     pub async fn generation(&self) -> Result<Generation, Error> {
         match self.detected.known() {
             Some(Ok(g)) => Ok(g),
+            // A probe is a connection attempt too.
+            _ if self.breaker_open() => Err(Error::CircuitOpen),
             // Only a probe takes a turn of the round-robin.
             _ => self.detected.generation(self.pick()).await,
         }
@@ -96,6 +184,8 @@ impl Target {
 
 /// How often down instances are probed.
 const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
+/// How often rate limits forget the principals whose allowance is whole.
+const RATE_LIMIT_SWEEP: Duration = Duration::from_secs(10);
 /// The longest a health probe waits for an answer.
 const HEALTH_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -105,6 +195,13 @@ pub struct Targets(Vec<Arc<Target>>);
 impl Targets {
     pub fn new(config: &Config, metrics: &Metrics) -> Targets {
         let max = config.limits.max_upstream_response_bytes;
+        // One set of slots per upstream, whichever routes use it.
+        let mut slots: HashMap<&str, Arc<Semaphore>> = HashMap::new();
+        for u in config.routes.iter().map(|r| &r.upstream) {
+            if let Some(n) = u.max_concurrent_requests {
+                slots.entry(&u.name).or_insert_with(|| Arc::new(Semaphore::new(n)));
+            }
+        }
         Targets(
             config
                 .routes
@@ -116,9 +213,21 @@ impl Targets {
                         .iter()
                         .map(|url| Transport::new(r.upstream.clone(), url, max, metrics, &r.path))
                         .collect();
-                    let detected = Detected::new(r.upstream.generation, metrics.clone(), r);
-                    let next = AtomicUsize::new(0);
-                    Arc::new(Target { route: r.clone(), instances, next, detected })
+                    let labels =
+                        RouteUpstreamLabels { route: r.path.clone(), upstream: r.upstream.name.clone() };
+                    let breaker = metrics.upstream_breaker_open.get_or_create(&labels).clone();
+                    breaker.set(0);
+                    Arc::new(Target {
+                        route: r.clone(),
+                        instances,
+                        next: AtomicUsize::new(0),
+                        detected: Detected::new(r.upstream.generation, metrics.clone(), r),
+                        limits: RateLimits::new(r, config.limits.max_rate_limit_keys, metrics),
+                        slots: slots.get(r.upstream.name.as_str()).cloned(),
+                        busy: metrics.upstream_busy.get_or_create(&labels).clone(),
+                        breaker,
+                        breaker_was_open: AtomicBool::new(false),
+                    })
                 })
                 .collect(),
         )
@@ -145,14 +254,33 @@ impl Targets {
             }
             let down = self.all().flat_map(|t| t.instances.iter()).filter(|i| !i.health().is_up());
             let probes = down.map(|instance| async move {
-                if let Ok(Ok(_)) = tokio::time::timeout(HEALTH_PROBE_TIMEOUT, probe::probe(instance)).await {
-                    instance.health().recovered();
+                match tokio::time::timeout(HEALTH_PROBE_TIMEOUT, probe::probe(instance)).await {
+                    Ok(Ok(_)) => instance.health().recovered(),
+                    _ => instance.health().probe_failed(),
                 }
             });
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = futures_util::future::join_all(probes) => {}
             }
+            self.all().for_each(|t| t.export_breaker());
+        }
+    }
+
+    /// The rate limits' sweep: forgets, every few seconds, the principals
+    /// whose allowance is whole again. Ends with `stop`.
+    pub async fn sweep_rate_limits(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+        if self.all().all(|t| t.limits.is_empty()) {
+            return;
+        }
+        let mut tick = tokio::time::interval(RATE_LIMIT_SWEEP);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            self.all().for_each(|t| t.limits.sweep());
         }
     }
 }

@@ -110,6 +110,8 @@ pub struct Upstream {
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
     pub call_timeout: Duration,
+    /// Requests it may have in flight through the gateway; `None`: no limit of its own.
+    pub max_concurrent_requests: Option<usize>,
 }
 
 /// `legacy_clients` in an upstream's configuration: for a 2026 upstream
@@ -154,6 +156,10 @@ pub struct Route {
     pub upstream: Upstream,
     pub ttl_ms: u64,
     pub cache_scope: CacheScope,
+    /// Requests one principal may make on this route; `None`: unlimited.
+    pub rate_limit: Option<RateLimit>,
+    /// Calls of one tool one principal may make on this route, by tool name.
+    pub tool_rate_limits: Vec<(String, RateLimit)>,
     pub discover_ttl: Duration,
     pub continuity: Continuity,
     /// Tools that use replay mode on a `Park` route.
@@ -171,6 +177,13 @@ impl Route {
         self.continuity == Continuity::Replay
             || tool.is_some_and(|t| self.replay_tools.iter().any(|r| r == t))
     }
+}
+
+/// A rate limit: a sustained rate and a burst (see `crate::ratelimit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    pub per_minute: std::num::NonZeroU32,
+    pub burst: std::num::NonZeroU32,
 }
 
 #[derive(Debug, Clone)]
@@ -208,6 +221,8 @@ pub struct Limits {
     pub parked_flow_ttl: Duration,
     pub max_parked_flows_per_principal: usize,
     pub max_sessions_per_principal: usize,
+    /// Principals each rate limit tracks one by one.
+    pub max_rate_limit_keys: usize,
 }
 
 /// A sealing key; its bytes never appear in `Debug`.
@@ -239,6 +254,7 @@ impl Config {
                 response_timeout_ms: None,
                 call_timeout_ms: None,
                 headers: None,
+                max_concurrent_requests: None,
             }],
             routes: vec![raw::RawRoute {
                 path: "/mcp".into(),
@@ -248,6 +264,8 @@ impl Config {
                 continuity: None,
                 replay_tools: None,
                 replay_ttl_ms: None,
+                rate_limit: None,
+                tool_rate_limits: None,
                 host: None,
                 tool_prefix: None,
                 discover_ttl_ms: None,
@@ -351,6 +369,7 @@ fn validate(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
             parked_flow_ttl: ms(raw.limits.parked_flow_ttl_ms, 300_000),
             max_parked_flows_per_principal: raw.limits.max_parked_flows_per_principal.unwrap_or(100).max(1),
             max_sessions_per_principal: raw.limits.max_sessions_per_principal.unwrap_or(32).max(1),
+            max_rate_limit_keys: raw.limits.max_rate_limit_keys.unwrap_or(10_000).max(1),
         },
         legacy: LegacyClients {
             session_ttl: ms(raw.legacy.session_ttl_ms, 86_400_000).max(Duration::from_secs(1)),
@@ -456,6 +475,15 @@ fn upstream(u: &raw::RawUpstream, text: &str) -> Result<Upstream, ConfigError> {
         connect_timeout: ms(u.connect_timeout_ms, 5_000),
         response_timeout: ms(u.response_timeout_ms, 30_000),
         call_timeout: ms(u.call_timeout_ms, 600_000),
+        max_concurrent_requests: match u.max_concurrent_requests {
+            Some(0) => {
+                return Err(ConfigError(format!(
+                    "{}max_concurrent_requests must be at least 1",
+                    at(text, "max_concurrent_requests")
+                )))
+            }
+            n => n,
+        },
     })
 }
 
@@ -573,11 +601,29 @@ fn route(
         rules: rules(&r.rules, text)?,
         ttl_ms: r.ttl_ms.unwrap_or(0),
         cache_scope,
+        rate_limit: r.rate_limit.map(|l| rate_limit(l, "rate_limit", text)).transpose()?,
+        tool_rate_limits: r
+            .tool_rate_limits
+            .iter()
+            .flatten()
+            .map(|(tool, l)| Ok((tool.clone(), rate_limit(*l, tool, text)?)))
+            .collect::<Result<_, ConfigError>>()?,
         discover_ttl: ms(r.discover_ttl_ms, 60_000),
         continuity,
         replay_tools: r.replay_tools.clone().unwrap_or_default(),
         replay_ttl: ms(r.replay_ttl_ms, 60_000),
     })
+}
+
+/// A rate limit as written: both numbers at least 1; `burst` defaults to `per_minute`.
+fn rate_limit(l: raw::RawRateLimit, key: &str, text: &str) -> Result<RateLimit, ConfigError> {
+    use std::num::NonZeroU32;
+    let per_minute = NonZeroU32::new(l.per_minute);
+    let burst = l.burst.map_or(per_minute, NonZeroU32::new);
+    match (per_minute, burst) {
+        (Some(per_minute), Some(burst)) => Ok(RateLimit { per_minute, burst }),
+        _ => Err(ConfigError(format!("{}per_minute and burst must be at least 1", at(text, key)))),
+    }
 }
 
 fn cluster(c: &raw::RawCluster, text: &str, keys: &[raw::RawKey]) -> Result<Cluster, ConfigError> {

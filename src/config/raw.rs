@@ -77,6 +77,8 @@ pub struct RawUpstream {
     pub call_timeout_ms: Option<u64>,
     /// Static headers sent upstream (e.g. an API key read from the environment): not supported yet.
     pub headers: Option<BTreeMap<String, toml::Value>>,
+    /// Requests this upstream may have in flight through the gateway (503 above); default unlimited.
+    pub max_concurrent_requests: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -96,6 +98,10 @@ pub struct RawRoute {
     pub replay_tools: Option<Vec<String>>,
     /// How long a replay-mode `requestState` stays usable (default 60 s).
     pub replay_ttl_ms: Option<u64>,
+    /// Requests one principal may make on this route (429 above); default unlimited.
+    pub rate_limit: Option<RawRateLimit>,
+    /// Calls of one tool one principal may make on this route, by tool name.
+    pub tool_rate_limits: Option<BTreeMap<String, RawRateLimit>>,
     /// Route by Host header: not supported yet.
     pub host: Option<String>,
     /// Federation by tool-name prefix: not supported yet.
@@ -130,6 +136,16 @@ pub struct RawRule {
     pub scopes: Vec<String>,
 }
 
+/// `{ per_minute = 600, burst = 60 }`: a sustained rate, and how many
+/// requests may come at once.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRateLimit {
+    pub per_minute: u32,
+    /// Default: `per_minute` (a whole minute's allowance at once).
+    pub burst: Option<u32>,
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawPool {
@@ -158,6 +174,8 @@ pub struct RawLimits {
     pub max_sessions_per_principal: Option<usize>,
     /// Open client connections; over it the gateway stops accepting.
     pub max_connections: Option<usize>,
+    /// Principals each rate limit tracks one by one; beyond, new ones share one allowance.
+    pub max_rate_limit_keys: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -28,11 +28,10 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::relay::{self, Relay};
-use super::{Caller, Generation, Services, Target};
+use super::{Ask, Caller, Generation, Services, Target};
 use crate::config::Config;
-use crate::error::{error_body, Error};
+use crate::error::Error;
 use crate::front::headers::{LAST_EVENT_ID, PROTOCOL_VERSION, SESSION_ID};
-use crate::front::SUPPORTED_VERSIONS;
 use crate::metrics::{OpenedLabels, ReasonLabels};
 use crate::reply::{self, Body};
 use crate::upstream::{h1, PostError, SessionWire, Transport, ACCEPT_BOTH};
@@ -80,6 +79,10 @@ pub(super) struct Peeked {
     /// A bounded metrics label.
     pub label: &'static str,
     pub initialize: bool,
+    /// The requests in the message (one, or each of a batch's; none in an
+    /// answer or a notification), each with its tool when a `tools/call`:
+    /// what rate limits count.
+    pub calls: Vec<Option<String>>,
 }
 
 #[derive(Deserialize)]
@@ -90,6 +93,8 @@ struct Envelope<'a> {
     id: Option<&'a RawValue>,
     #[serde(borrow)]
     method: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    params: Option<&'a RawValue>,
     result: Option<serde::de::IgnoredAny>,
     error: Option<serde::de::IgnoredAny>,
 }
@@ -104,7 +109,7 @@ impl Peeked {
                 if !relay::is_json_message(body) {
                     return Err(Error::Parse);
                 }
-                return Ok(Peeked { id: None, label: "batch", initialize: false });
+                return Ok(Peeked { id: None, label: "batch", initialize: false, calls: batch_calls(body) });
             }
             Err(_) if relay::is_json_message(body) => {
                 return Err(Error::InvalidRequest("not a JSON-RPC message".into()))
@@ -125,8 +130,42 @@ impl Peeked {
                 (None, true, true) => "response",
                 _ => return Err(Error::InvalidRequest("not a request, notification or response".into())),
             };
-        Ok(Peeked { initialize: label == "initialize", id: id.filter(|_| label != "response"), label })
+        let calls = match (&env.method, env.id.is_some()) {
+            (Some(method), true) => vec![tool_of(method, env.params)],
+            _ => Vec::new(),
+        };
+        Ok(Peeked { initialize: label == "initialize", id: id.filter(|_| label != "response"), label, calls })
     }
+
+    /// What [`Target::admit`] is asked for this message.
+    pub fn asks(&self) -> Vec<Ask<'_>> {
+        self.calls.iter().map(|tool| Ask { tool: tool.as_deref(), resumes: false }).collect()
+    }
+}
+
+/// A JSON object's members, each left unread; a repeated name keeps its
+/// last value, as most parsers (and so most upstreams) read it.
+type Members<'a> = std::collections::BTreeMap<String, &'a RawValue>;
+
+/// The tool a `tools/call` names (`params.name`); `None` for other methods.
+fn tool_of(method: &str, params: Option<&RawValue>) -> Option<String> {
+    if method != "tools/call" {
+        return None;
+    }
+    let members: Members<'_> = serde_json::from_str(params?.get()).ok()?;
+    serde_json::from_str(members.get("name")?.get()).ok()
+}
+
+/// A batch's requests (members with a method and an id), each with its tool.
+fn batch_calls(body: &[u8]) -> Vec<Option<String>> {
+    let items: Vec<&RawValue> = serde_json::from_slice(body).unwrap_or_default();
+    let call = |item: &RawValue| {
+        let members: Members<'_> = serde_json::from_str(item.get()).ok()?;
+        let method: String = serde_json::from_str(members.get("method")?.get()).ok()?;
+        members.get("id")?;
+        Some(tool_of(&method, members.get("params").copied()))
+    };
+    items.into_iter().filter_map(call).collect()
 }
 
 /// Legacy request methods, as a bounded label.
@@ -207,16 +246,20 @@ impl Bridge {
                 (self.error(None, &e), peek.label, e.reason())
             }
             Ok(peek) => {
-                let done = if peek.initialize {
-                    // A session id on initialize must still be one of ours
-                    // (404 otherwise, as on every method); a new session opens.
-                    let stale = caller.headers.contains_key(&SESSION_ID);
-                    match if stale { self.session(target, &caller).map(drop) } else { Ok(()) } {
-                        Ok(()) => self.initialize(target, &caller, hold).await,
-                        Err(e) => Err(e),
+                let done = match target.admit(&caller.principal, &peek.asks()) {
+                    Err(e) => Err(e),
+                    Ok(slot) if peek.initialize => {
+                        // A session id on initialize must still be one of ours
+                        // (404 otherwise, as on every method); a new session opens.
+                        let stale = caller.headers.contains_key(&SESSION_ID);
+                        match if stale { self.session(target, &caller).map(drop) } else { Ok(()) } {
+                            Ok(()) => self.initialize(target, &caller, Box::new((hold, slot))).await,
+                            Err(e) => Err(e),
+                        }
                     }
-                } else {
-                    self.relay_post(target, &caller, &peek, hold, body_share).await
+                    Ok(slot) => {
+                        self.relay_post(target, &caller, &peek, Box::new((hold, slot)), body_share).await
+                    }
                 };
                 match done {
                     Ok(resp) => (resp, peek.label, "forwarded"),
@@ -638,7 +681,7 @@ impl Bridge {
     }
 
     fn error(&self, id: Option<&Value>, err: &Error) -> Response<Body> {
-        reply::json_response(err.status(), &error_body(id, err, SUPPORTED_VERSIONS))
+        reply::error(id, err)
     }
 }
 
@@ -712,5 +755,26 @@ mod tests {
         assert_eq!(err(r#"{"jsonrpc":"1.0","id":1,"method":"a"}"#), "invalid_request");
         assert_eq!(err(r#"{"jsonrpc":"2.0","method":"a","method":"b"}"#), "invalid_request");
         assert_eq!(err(r#"{"jsonrpc":"2.0","id":1}"#), "invalid_request");
+    }
+
+    #[test]
+    fn rate_limits_count_every_request_and_see_the_tool_the_upstream_will() {
+        let calls = |body: &str| Peeked::of(body.as_bytes()).unwrap().calls;
+        let tool = |name: &str| Some(name.to_string());
+        assert_eq!(
+            calls(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"}}"#),
+            [tool("a")]
+        );
+        assert_eq!(calls(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"name":"a"}}"#), [None]);
+        // A repeated name is read as most parsers read it: the last one.
+        let twice = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","name":"b"}}"#;
+        assert_eq!(calls(twice), [tool("b")]);
+        assert!(calls(r#"{"jsonrpc":"2.0","method":"notifications/cancelled"}"#).is_empty());
+        assert!(calls(r#"{"jsonrpc":"2.0","id":7,"result":{}}"#).is_empty(), "answers are not counted");
+        let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"}},
+            {"jsonrpc":"2.0","method":"notifications/x"}, 5,
+            {"jsonrpc":"2.0","id":2,"method":"tools/call","method":"tools/call","params":{"name":"b"}},
+            {"jsonrpc":"2.0","id":3,"method":"ping"}]"#;
+        assert_eq!(calls(batch), [tool("a"), tool("b"), None], "each request of a batch");
     }
 }

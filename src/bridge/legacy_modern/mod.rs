@@ -117,6 +117,11 @@ impl Bridge {
             Err(e) => return ("invalid", fail(reply, None, &e).await),
         };
         let label = peek.label;
+        // Held until the answer is complete.
+        let _slot = match target.admit(&caller.principal, &peek.asks()) {
+            Ok(slot) => slot,
+            Err(e) => return (label, fail(reply, peek.id.as_ref(), &e).await),
+        };
         let outcome = match label {
             "batch" => {
                 let e = Error::InvalidRequest("batches are not supported in front of this server".into());
@@ -1009,7 +1014,7 @@ async fn finish_result(reply: Reply, id: &Value, result: Value) -> &'static str 
 }
 
 async fn fail(reply: Reply, id: Option<&Value>, e: &Error) -> &'static str {
-    let mut resp = reply::json_response(e.status(), &error_body(id, e, SUPPORTED_VERSIONS));
+    let mut resp = reply::error(id, e);
     if e.status() == StatusCode::METHOD_NOT_ALLOWED {
         resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
     }
