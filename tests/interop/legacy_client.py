@@ -37,6 +37,16 @@ upstream's entry and its "legacy" part):
 A profile with "extends": NAME starts from that profile's entries (tests/interop/
 legacy_modern.sh's "modern-only": the SDK v2 server behind a 2026-only filter).
 
+On a route with an authentication policy (tests/interop/auth.sh): `--bearer TOKEN`
+(or $INTEROP_BEARER) sends `Authorization: Bearer TOKEN` on every request (the httpx
+client's default headers: POSTs, the GET stream, DELETE; `wire` then checks every
+request carried it); `--unauthorized` also initializes without a token and with
+`--wrong-bearer` ($INTEROP_WRONG_BEARER): the SDK must raise the 401 (httpx
+HTTPStatusError) and the challenge carry resource_metadata; `--denied-tool NAME` with
+`--denied-bearer` ($INTEROP_DENIED_BEARER) opens a session as a caller a rule denies
+NAME: absent from tools/list, the echo tool answers, NAME's call refused (403, -31003;
+the 1.x SDK raises the 403 and ends that session).
+
 Prints `PASS|FAIL|SKIP <label>/<flow>[: reason]` (label default `legacy-client`);
 exit status 1 if any flow failed.
 """
@@ -58,6 +68,8 @@ from mcp.shared.exceptions import McpError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from pydantic import FileUrl
+
+from auth_checks import add_options, args_for, bearer_headers, check_challenge, check_denied_body, check_listed_without, check_options, first
 
 FLOW_TIMEOUT = 20
 ROOT_URI = "file:///tmp/sessionless-interop"
@@ -98,7 +110,7 @@ def pick_answer(profile: dict, params) -> dict:
     return default
 
 
-async def run(url: str, upstream: str, label: str) -> int:
+async def run(url: str, upstream: str, label: str, auth: argparse.Namespace) -> int:
     profile = load_profile(upstream)
     legacy = profile["legacy"]
     asked = {"elicitation": 0, "sampling": 0, "roots": 0}
@@ -114,23 +126,41 @@ async def run(url: str, upstream: str, label: str) -> int:
         if status == "FAIL":
             failures += 1
 
-    async def on_request(request: httpx.Request) -> None:
-        exchanges.append(
-            {
-                "method": request.method,
-                "session": request.headers.get("mcp-session-id"),
-                "version": request.headers.get("mcp-protocol-version"),
-                "body": request.content[:200] if request.method == "POST" else b"",
-            }
-        )
-        request.extensions["exchange"] = exchanges[-1]
+    def recorded_client(log: list[dict], bearer: str | None) -> httpx.AsyncClient:
+        """An httpx client sending `bearer` (none: no Authorization), each exchange appended to `log`."""
 
-    async def on_response(response: httpx.Response) -> None:
-        ex = response.request.extensions.get("exchange")
-        if ex is not None:
-            ex["status"] = response.status_code
-            ex["type"] = response.headers.get("content-type", "")
-            ex["issued"] = response.headers.get("mcp-session-id")
+        async def on_request(request: httpx.Request) -> None:
+            body = request.content if request.method == "POST" else b""
+            try:
+                rpc = json.loads(body).get("method") if body else None
+            except Exception:  # noqa: BLE001 - not a JSON-RPC object
+                rpc = None
+            log.append(
+                {
+                    "method": request.method,
+                    "rpc": rpc,
+                    "session": request.headers.get("mcp-session-id"),
+                    "version": request.headers.get("mcp-protocol-version"),
+                    "body": body[:200],
+                    "authorization": "authorization" in request.headers,
+                }
+            )
+            request.extensions["exchange"] = log[-1]
+
+        async def on_response(response: httpx.Response) -> None:
+            ex = response.request.extensions.get("exchange")
+            if ex is not None:
+                ex["status"] = response.status_code
+                ex["type"] = response.headers.get("content-type", "")
+                ex["issued"] = response.headers.get("mcp-session-id")
+                ex["challenge"] = response.headers.get("www-authenticate", "")
+                if response.status_code >= 400:
+                    await response.aread()  # small JSON error bodies
+                    ex["resp_body"] = response.text[:300]
+
+        client = create_mcp_http_client(headers=bearer_headers(bearer))
+        client.event_hooks = {"request": [on_request], "response": [on_response]}
+        return client
 
     async def on_log(params: types.LoggingMessageNotificationParams) -> None:
         logs.append(params)
@@ -166,8 +196,7 @@ async def run(url: str, upstream: str, label: str) -> int:
                         return at
                 await anyio.sleep(0.05)
 
-    http_client = create_mcp_http_client()
-    http_client.event_hooks = {"request": [on_request], "response": [on_response]}
+    http_client = recorded_client(exchanges, auth.bearer)
     session_id = None
     async with http_client:
         async with streamable_http_client(url, http_client=http_client) as (read, write, get_session_id):
@@ -390,6 +419,9 @@ async def run(url: str, upstream: str, label: str) -> int:
                     assert not bad, f"{len(bad)} requests without MCP-Protocol-Version {init.protocolVersion}"
                     issued = {e["issued"] for e in exchanges if e.get("issued")}
                     assert issued == {session_id}, f"session ids seen: {issued}"
+                    if auth.bearer:
+                        bare = [e["method"] for e in exchanges if not e["authorization"]]
+                        assert not bare, f"{len(bare)} requests without Authorization: {bare[:4]}"
 
                 await flow("initialize", initialize)
                 await flow("ping", ping)
@@ -431,6 +463,88 @@ async def run(url: str, upstream: str, label: str) -> int:
             report("PASS", "terminate")
         except BaseException as e:  # noqa: BLE001
             report("FAIL", "terminate", f"{type(e).__name__}: {e}")
+
+    # ------------------------------------------------------------ authentication, authorization
+
+    def run_flow(name: str, check) -> None:
+        try:
+            check()
+            report("PASS", name)
+        except BaseException as e:  # noqa: BLE001 - report every failure the same way
+            report("FAIL", name, f"{type(e).__name__}: {e}")
+
+    async def other_session(bearer: str | None, seen: list[dict], steps) -> BaseException | None:
+        """Initializes a session of its own sending `bearer`, runs `steps(session)`: what it raised."""
+        client = recorded_client(seen, bearer)
+        try:
+            with anyio.fail_after(FLOW_TIMEOUT):
+                async with client:
+                    async with streamable_http_client(url, http_client=client) as (read, write, _):
+                        async with ClientSession(read, write) as s:
+                            await s.initialize()
+                            await steps(s)
+        except BaseException as e:  # noqa: BLE001 - what the SDK raised is for the caller to check
+            return e
+        return None
+
+    if auth.denied_tool:
+        tool = auth.denied_tool
+        echo = profile.get("echo")
+        seen: list[dict] = []
+        listed: set[str] | None = None
+        echoed = None
+
+        async def as_denied(s: ClientSession) -> None:
+            nonlocal listed, echoed
+            listed = {t.name for t in (await s.list_tools()).tools}
+            if echo:  # before the refused call: the 1.x SDK ends the session on a 403
+                echoed = await s.call_tool(echo["tool"], echo["args"])
+            await s.call_tool(tool, args_for(profile, tool))
+
+        error = await other_session(auth.denied_bearer, seen, as_denied)
+
+        def denied_list() -> None:
+            assert listed is not None, f"no tools/list: {type(error).__name__}: {error}"
+            check_listed_without(listed, tool, echo)
+            if echo:
+                assert echoed is not None and not echoed.isError, f"{echo['tool']} as the denied caller: {echoed}"
+                check_text(text_of(echoed), echo, echo["tool"])
+
+        def denied_call() -> None:
+            assert error is not None, f"calling the denied tool {tool!r} answered a result"
+            assert not first(error, TimeoutError), f"timed out after {FLOW_TIMEOUT}s"
+            calls = [e for e in seen if e["rpc"] == "tools/call"]
+            assert calls, "no tools/call sent"
+            last = calls[-1]
+            assert last.get("status") == 403, f"the call was answered {last.get('status')}, want 403"
+            check_denied_body(last.get("resp_body", ""))
+            raised = first(error, httpx.HTTPStatusError)
+            assert raised is not None and raised.response.status_code == 403, f"the SDK raised {type(error).__name__}: {error}"
+
+        run_flow("denied-list", denied_list)
+        run_flow("denied-call", denied_call)
+
+    async def list_tools(s: ClientSession) -> None:
+        await s.list_tools()
+
+    async def refused_401(bearer: str | None) -> None:
+        seen: list[dict] = []
+        error = await other_session(bearer, seen, list_tools)
+        assert error is not None, "initialized and listed tools without valid credentials"
+        assert not first(error, TimeoutError), f"timed out after {FLOW_TIMEOUT}s"
+        raised = first(error, httpx.HTTPStatusError)
+        assert raised is not None and raised.response.status_code == 401, f"the SDK raised {type(error).__name__}: {error}"
+        check_challenge([e.get("status") for e in seen], seen[0].get("challenge", "") if seen else "", bearer)
+
+    if auth.unauthorized:
+        for name, bearer in (("unauthorized-missing", None), ("unauthorized-wrong", auth.wrong_bearer)):
+            if name == "unauthorized-wrong" and not bearer:
+                continue
+            try:
+                await refused_401(bearer)
+                report("PASS", name)
+            except BaseException as e:  # noqa: BLE001
+                report("FAIL", name, f"{type(e).__name__}: {e}")
     return failures
 
 
@@ -439,8 +553,10 @@ def main() -> None:
     ap.add_argument("--url", required=True)
     ap.add_argument("--upstream", default="py-legacy", help="profile in tests/interop/profiles.json")
     ap.add_argument("--label", default="legacy-client")
+    add_options(ap)
     args = ap.parse_args()
-    sys.exit(1 if anyio.run(run, args.url, args.upstream, args.label) else 0)
+    check_options(ap, args)
+    sys.exit(1 if anyio.run(run, args.url, args.upstream, args.label, args) else 0)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,14 @@
 // elicitation rounds, answers picked by the requested schema) and multiple-inputs
 // (elicitation, sampling and roots/list in one round) run where the profile has them;
 // getStreamStatus 405 in a profile means every GET must be answered 405.
+// On a route with an authentication policy (tests/interop/auth.sh): `--bearer TOKEN` (or
+// $INTEROP_BEARER) sends `Authorization: Bearer TOKEN` on every request (the transport's
+// `requestInit.headers`: POSTs, the GET stream, DELETE; `wire` then checks every request
+// carried it); `--unauthorized` also connects without a token and with `--wrong-bearer`
+// ($INTEROP_WRONG_BEARER): the SDK must throw its StreamableHTTPError with code 401 and the
+// challenge carry resource_metadata; `--denied-tool NAME` with `--denied-bearer`
+// ($INTEROP_DENIED_BEARER) opens a session as a caller a rule denies NAME: absent from
+// tools/list, refused on call (403, -31003), other tools still answer.
 // Prints `PASS|FAIL|SKIP <label>/<flow>[: reason]` (label default `legacy-ts/<upstream>`);
 // exit status 1 if any flow failed.
 //
@@ -22,6 +30,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
+import { AUTH_OPTIONS, AUTH_USAGE, argsFor, bearerInit, checkAuthOptions, checkChallenge, checkDeniedBody, checkListedWithout } from './auth_checks.mjs';
 
 const LEGACY = '2025-11-25';
 const FLOW_TIMEOUT_MS = 20_000;
@@ -50,12 +59,14 @@ const { values: opts } = parseArgs({
     upstream: { type: 'string' },
     label: { type: 'string' },
     verbose: { type: 'boolean', default: false },
+    ...AUTH_OPTIONS,
   },
 });
 if (!opts.url || !opts.upstream) {
-  console.error('usage: legacy_ts_client.mjs --url URL --upstream NAME [--label NAME] [--verbose]');
+  console.error(`usage: legacy_ts_client.mjs --url URL --upstream NAME [--label NAME] [--verbose] ${AUTH_USAGE}`);
   process.exit(2);
 }
+checkAuthOptions(opts);
 const label = opts.label ?? `legacy-ts/${opts.upstream}`;
 const profiles = JSON.parse(readFileSync(path.join(here, 'profiles.json'), 'utf8'));
 const own = profiles[opts.upstream];
@@ -72,12 +83,19 @@ const exchanges = [];
 async function recordingFetch(input, init = {}) {
   const method = init.method ?? 'GET';
   const headers = Object.fromEntries(new Headers(init.headers ?? {}).entries());
-  const ex = { method, session: headers['mcp-session-id'], version: headers['mcp-protocol-version'], body: typeof init.body === 'string' ? init.body.slice(0, 200) : '' };
+  const ex = {
+    method,
+    session: headers['mcp-session-id'],
+    version: headers['mcp-protocol-version'],
+    authorization: 'authorization' in headers,
+    body: typeof init.body === 'string' ? init.body.slice(0, 200) : '',
+  };
   exchanges.push(ex);
   const res = await fetch(input, init);
   ex.status = res.status;
   ex.type = res.headers.get('content-type') ?? '';
   ex.issued = res.headers.get('mcp-session-id') ?? undefined;
+  ex.challenge = res.headers.get('www-authenticate') ?? '';
   if (res.status >= 400) ex.respBody = (await res.clone().text().catch(() => '')).slice(0, 300);
   return res;
 }
@@ -183,7 +201,7 @@ client.setRequestHandler(ListRootsRequestSchema, async () => {
   asked.roots++;
   return { roots: [{ uri: ROOT_URI, name: ROOT_NAME }] };
 });
-const transport = new StreamableHTTPClientTransport(new URL(opts.url), { fetch: recordingFetch });
+const transport = new StreamableHTTPClientTransport(new URL(opts.url), { fetch: recordingFetch, requestInit: bearerInit(opts.bearer) });
 transport.onerror = (e) => opts.verbose && console.error('transport error:', e);
 
 async function waitNote(method, since, match = () => true, ms = 10_000) {
@@ -478,6 +496,10 @@ await flow('wire', async () => {
   assert(noVersion.length === 0, `${noVersion.length} requests without MCP-Protocol-Version ${LEGACY}: ${JSON.stringify(noVersion.slice(0, 2))}`);
   const issued = new Set(exchanges.map((e) => e.issued).filter(Boolean));
   assert(issued.size === 1 && issued.has(sessionId), `session ids seen: ${[...issued]}`);
+  if (opts.bearer) {
+    const bare = exchanges.filter((e) => !e.authorization);
+    assert(bare.length === 0, `${bare.length} requests without Authorization: ${JSON.stringify(bare.slice(0, 2))}`);
+  }
 });
 
 await flow('terminate', async () => {
@@ -490,6 +512,7 @@ await flow('terminate', async () => {
     headers: {
       'mcp-session-id': sessionId,
       'mcp-protocol-version': LEGACY,
+      ...(opts.bearer ? { authorization: `Bearer ${opts.bearer}` } : {}),
       accept: 'application/json, text/event-stream',
       'content-type': 'application/json',
     },
@@ -499,5 +522,74 @@ await flow('terminate', async () => {
   const text = await r.text();
   assert(r.status === want, `a request on the ended session got ${r.status}, not ${want}: ${text.slice(0, 200)}`);
 });
+
+// ------------------------------------------------------------------ authentication, authorization
+
+// A client and transport sending `bearer` (null: no Authorization header), recorded like the main one.
+function clientWith(bearer) {
+  const c = new Client({ name: 'interop-legacy-ts', version: sdkVersion }, { capabilities: {} });
+  const t = new StreamableHTTPClientTransport(new URL(opts.url), { fetch: recordingFetch, requestInit: bearerInit(bearer) });
+  return { c, t };
+}
+
+if (opts['denied-tool']) {
+  const tool = opts['denied-tool'];
+  const echo = profile.echo;
+  const { c, t } = clientWith(opts['denied-bearer']);
+  let open = false;
+  await flow('denied-list', async () => {
+    await c.connect(t);
+    open = true;
+    checkListedWithout(assert, new Set((await c.listTools()).tools.map((x) => x.name)), tool, echo);
+  });
+  await flow('denied-call', async () => {
+    assert(open, 'not connected');
+    const since = exchanges.length;
+    let error;
+    try {
+      await c.callTool({ name: tool, arguments: argsFor(profile, tool) });
+    } catch (e) {
+      error = e;
+    }
+    assert(error, `calling the denied tool ${tool} answered a result`);
+    assert(error.code === 403, `error ${describe(error)}, want code 403`);
+    const calls = exchanges.slice(since).filter((ex) => ex.method === 'POST');
+    assert(calls.length === 1 && calls[0].status === 403, `the call was answered ${JSON.stringify(calls.map((ex) => ex.status))}, want [403]`);
+    checkDeniedBody(assert, calls[0].respBody ?? '');
+    if (echo) {
+      const r = await c.callTool({ name: echo.tool, arguments: echo.args });
+      assert(!r.isError, `${echo.tool} as the denied caller: isError ${JSON.stringify(textOf(r.content))}`);
+      checkText(textOf(r.content), echo, echo.tool);
+    }
+  });
+  if (open) {
+    await t.terminateSession().catch(() => {});
+    await c.close().catch(() => {});
+  }
+}
+
+// Connecting with this bearer (null: none) fails with a 401 whose challenge names the metadata.
+async function refused401(bearer) {
+  const { c, t } = clientWith(bearer);
+  const since = exchanges.length;
+  let error;
+  try {
+    await c.connect(t);
+    await c.listTools();
+  } catch (e) {
+    error = e;
+  } finally {
+    await c.close().catch(() => {});
+  }
+  assert(error, 'initialized and listed tools without valid credentials');
+  assert(error.code === 401, `error ${describe(error)}, want code 401`);
+  const seen = exchanges.slice(since);
+  checkChallenge(assert, seen.map((ex) => ex.status), seen[0]?.challenge ?? '', bearer);
+}
+
+if (opts.unauthorized) {
+  await flow('unauthorized-missing', () => refused401(null));
+  if (opts['wrong-bearer']) await flow('unauthorized-wrong', () => refused401(opts['wrong-bearer']));
+}
 
 process.exit(failures ? 1 : 0);

@@ -12,6 +12,14 @@ every HTTP exchange (no initialize, no Mcp-Session-Id either way, 2026 headers).
 `--allow-legacy` (self-test of the expectations straight against a legacy upstream)
 lifts those three checks and lets every flow run on the negotiated legacy session.
 
+On a route with an authentication policy (tests/interop/auth.sh): `--bearer TOKEN`
+(or $INTEROP_BEARER) sends `Authorization: Bearer TOKEN` on every request (httpx
+default headers); `--unauthorized` also connects without a token and with
+`--wrong-bearer` ($INTEROP_WRONG_BEARER): both must end in an MCPError -31001 from a
+401 whose WWW-Authenticate carries resource_metadata; `--denied-tool NAME` with
+`--denied-bearer` ($INTEROP_DENIED_BEARER) connects as a caller a rule denies NAME:
+absent from tools/list, refused on call (403, -31003), other tools still answer.
+
 Prints one line per flow: `PASS|FAIL|SKIP py/<upstream>/<flow>[: reason]`.
 Exit status 1 if any flow failed.
 """
@@ -33,6 +41,8 @@ import mcp_types as types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+
+import auth_checks
 
 MODERN = "2026-07-28"
 FLOW_TIMEOUT = 20.0
@@ -62,9 +72,10 @@ class Wire:
             await response.aread()  # small JSON error bodies: keep them for the report
             ex["resp_body"] = response.text[:500]
 
-    def client(self) -> httpx2.AsyncClient:
+    def client(self, bearer: str | None = None) -> httpx2.AsyncClient:
         return httpx2.AsyncClient(
             timeout=httpx2.Timeout(30, read=60),
+            headers=auth_checks.bearer_headers(bearer),
             event_hooks={"request": [self.on_request], "response": [self.on_response]},
         )
 
@@ -111,6 +122,11 @@ class Runner:
         self.allow_legacy: bool = args.allow_legacy
         self.mrtr: bool = args.mrtr
         self.verbose: bool = args.verbose
+        self.bearer: str | None = args.bearer or None
+        self.wrong_bearer: str | None = args.wrong_bearer or None
+        self.unauthorized: bool = args.unauthorized
+        self.denied_tool: str | None = args.denied_tool
+        self.denied_bearer: str | None = args.denied_bearer or None
         self.profile: dict[str, Any] = json.loads(PROFILES.read_text())[args.upstream]
         self.failures = 0
         self.wire = Wire()
@@ -139,8 +155,10 @@ class Runner:
                 traceback.print_exc()
             self.report("FAIL", name, describe(e) + self.wire.last_error(since))
 
-    def client(self, mode: str, **kw: Any) -> Client:
-        transport = streamable_http_client(self.url, http_client=self.wire.client())
+    def client(self, mode: str, *, bearer: str | None | bool = True, **kw: Any) -> Client:
+        """A client of the URL sending `bearer` (default: --bearer; None: no Authorization)."""
+        token = self.bearer if bearer is True else bearer
+        transport = streamable_http_client(self.url, http_client=self.wire.client(token or None))
         return Client(transport, mode=mode, cache=None, client_info=types.Implementation(name="interop-py", version="1"), **kw)
 
     async def on_log(self, params: types.LoggingMessageNotificationParams) -> None:
@@ -341,6 +359,48 @@ class Runner:
         assert posts, "no POST recorded"
         assert not problems, "; ".join(sorted(set(problems))[:8])
 
+    # ------------------------------------------------------------ authentication, authorization
+
+    async def refused_401(self, bearer: str | None) -> None:
+        """Connecting with this bearer (None: none) ends in a 401 challenge with resource_metadata."""
+        since = len(self.wire.exchanges)
+        error: MCPError | None = None
+        try:
+            async with self.client(MODERN, bearer=bearer) as c:
+                await c.list_tools()
+        except BaseException as e:  # noqa: BLE001 - the SDK may raise it inside an exception group
+            error = auth_checks.first(e, MCPError)
+            if error is None:
+                raise
+        assert error is not None, "connected and listed tools without valid credentials"
+        assert error.code == -31001, f"MCPError {error.code} {error.message!r}, want -31001 (unauthorized)"
+        seen = self.wire.exchanges[since:]
+        challenge = seen[0].get("resp_headers", {}).get("www-authenticate", "") if seen else ""
+        auth_checks.check_challenge([ex.get("status") for ex in seen], challenge, bearer)
+
+    async def denied_list(self, c: Client, tool: str) -> None:
+        """As the denied caller: `tool` is not listed, the profile's echo tool is."""
+        names = {t.name for t in (await c.list_tools()).tools}
+        auth_checks.check_listed_without(names, tool, self.profile.get("echo"))
+
+    async def denied_call(self, c: Client, tool: str) -> None:
+        """As the denied caller: calling `tool` is refused (403, -31003 denied); echo still answers."""
+        since = len(self.wire.exchanges)
+        try:
+            await c.call_tool(tool, auth_checks.args_for(self.profile, tool))
+            raise AssertionError(f"calling the denied tool {tool!r} answered a result")
+        except MCPError as e:
+            assert e.code == -31003, f"MCPError {e.code} {e.message!r}, want -31003 (forbidden)"
+            reason = e.data.get("reason") if isinstance(e.data, dict) else None
+            assert reason == "denied", f"data.reason {reason!r}, want 'denied'"
+        statuses = [ex.get("status") for ex in self.wire.exchanges[since:]]
+        assert statuses == [403], f"HTTP statuses of the call {statuses}, want [403]"
+        echo = self.profile.get("echo")
+        if echo:
+            r = await c.call_tool(echo["tool"], echo["args"])
+            assert not r.is_error, f"{echo['tool']} as the denied caller: isError {text_of(r)!r}"
+            check_text(text_of(r), echo, echo["tool"])
+
     # ------------------------------------------------------------ driver
 
     async def run(self) -> int:
@@ -372,6 +432,20 @@ class Runner:
         if self.mrtr:
             await self.flow("elicitation", self.elicitation, needs="elicitation")
             await self.flow("sampling", self.sampling, needs="sampling")
+        if self.denied_tool:
+            tool = self.denied_tool
+            try:
+                async with self.client(MODERN, bearer=self.denied_bearer, prior_discover=self.discover) as d:
+                    await self.flow("denied-list", lambda: self.denied_list(d, tool))
+                    await self.flow("denied-call", lambda: self.denied_call(d, tool))
+            except BaseException as e:  # noqa: BLE001 - a denied caller that cannot even open is one failure
+                if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                    raise
+                self.report("FAIL", "denied-client", describe(e) + self.wire.last_error())
+        if self.unauthorized:
+            await self.flow("unauthorized-missing", lambda: self.refused_401(None))
+            if self.wrong_bearer:
+                await self.flow("unauthorized-wrong", lambda: self.refused_401(self.wrong_bearer))
         if not self.allow_legacy:
             await self.flow("wire", self._wire)
         return self.failures
@@ -387,7 +461,9 @@ def main() -> None:
     ap.add_argument("--mrtr", action="store_true", help="also run the elicitation and sampling (MRTR) flows")
     ap.add_argument("--allow-legacy", action="store_true", help="self-test only: accept a legacy handshake")
     ap.add_argument("--verbose", action="store_true")
+    auth_checks.add_options(ap)
     args = ap.parse_args()
+    auth_checks.check_options(ap, args)
     failures = anyio.run(Runner(args).run)
     sys.exit(1 if failures else 0)
 

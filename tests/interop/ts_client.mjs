@@ -11,6 +11,13 @@
 // Expectations per upstream come from tests/interop/profiles.json.
 // `--allow-legacy` (self-test of the expectations straight against a legacy upstream)
 // connects with mode 'auto' instead and drops the era, logging and wire checks.
+// On a route with an authentication policy (tests/interop/auth.sh): `--bearer TOKEN` (or
+// $INTEROP_BEARER) sends `Authorization: Bearer TOKEN` on every request (the transport's
+// `requestInit.headers`); `--unauthorized` also connects without a token and with
+// `--wrong-bearer` ($INTEROP_WRONG_BEARER): both must fail with the SDK's HTTP error, status
+// 401, whose WWW-Authenticate carries resource_metadata; `--denied-tool NAME` with
+// `--denied-bearer` ($INTEROP_DENIED_BEARER) connects as a caller a rule denies NAME: absent
+// from tools/list, refused on call (403, -31003), other tools still answer.
 // Prints `PASS|FAIL|SKIP ts/<upstream>/<flow>[: reason]`; exit status 1 if any flow failed.
 //
 // The SDK is loaded from $SESSIONLESS_PEERS/node/node_modules (default: <repo>/.peers).
@@ -18,6 +25,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
+import { AUTH_OPTIONS, AUTH_USAGE, argsFor, bearerInit, checkAuthOptions, checkChallenge, checkDeniedBody, checkListedWithout } from './auth_checks.mjs';
 
 const MODERN = '2026-07-28';
 let allowLegacy = false;
@@ -41,12 +49,14 @@ const { values: opts } = parseArgs({
     mrtr: { type: 'boolean', default: false },
     'allow-legacy': { type: 'boolean', default: false },
     verbose: { type: 'boolean', default: false },
+    ...AUTH_OPTIONS,
   },
 });
 if (!opts.url || !opts.upstream) {
-  console.error('usage: ts_client.mjs --url URL --upstream NAME [--mrtr] [--allow-legacy] [--verbose]');
+  console.error(`usage: ts_client.mjs --url URL --upstream NAME [--mrtr] [--allow-legacy] [--verbose] ${AUTH_USAGE}`);
   process.exit(2);
 }
+checkAuthOptions(opts);
 allowLegacy = opts['allow-legacy'];
 const profile = JSON.parse(readFileSync(path.join(here, 'profiles.json'), 'utf8'))[opts.upstream];
 if (!profile) {
@@ -143,12 +153,13 @@ function checkText(got, spec, what) {
     assert(got.includes(spec.textContains), `${what}: expected to contain ${JSON.stringify(spec.textContains)}, got ${JSON.stringify(got)}`);
 }
 
-function makeClient(capabilities = {}) {
+// A client of the URL sending `bearer` (default --bearer; null: no Authorization header).
+function makeClient(capabilities = {}, bearer = opts.bearer) {
   const client = new Client(
     { name: 'interop-ts', version: '1' },
     { capabilities, versionNegotiation: { mode: allowLegacy ? 'auto' : { pin: MODERN } } },
   );
-  const transport = new StreamableHTTPClientTransport(new URL(opts.url), { fetch: recordingFetch });
+  const transport = new StreamableHTTPClientTransport(new URL(opts.url), { fetch: recordingFetch, requestInit: bearerInit(bearer) });
   return { client, transport };
 }
 
@@ -381,6 +392,65 @@ if (opts.mrtr) {
     },
     'sampling',
   );
+}
+
+// ------------------------------------------------------------------ authentication, authorization
+
+if (opts['denied-tool']) {
+  const tool = opts['denied-tool'];
+  const echo = profile.echo;
+  const { client: d, transport: t } = makeClient({}, opts['denied-bearer']);
+  let open = false;
+  await flow('denied-list', async () => {
+    await d.connect(t);
+    open = true;
+    checkListedWithout(assert, new Set((await d.listTools(undefined, BYPASS)).tools.map((x) => x.name)), tool, echo);
+  });
+  await flow('denied-call', async () => {
+    assert(open, 'not connected');
+    const since = exchanges.length;
+    let error;
+    try {
+      await d.callTool({ name: tool, arguments: argsFor(profile, tool) });
+    } catch (e) {
+      error = e;
+    }
+    assert(error, `calling the denied tool ${tool} answered a result`);
+    assert(error.status === 403, `error ${describe(error)}: status ${error.status}, want 403`);
+    checkDeniedBody(assert, exchanges.slice(since).map((ex) => ex.respBody ?? '').join(''));
+    const statuses = exchanges.slice(since).map((ex) => ex.status);
+    assert(JSON.stringify(statuses) === '[403]', `HTTP statuses of the call ${JSON.stringify(statuses)}, want [403]`);
+    if (echo) {
+      const r = await d.callTool({ name: echo.tool, arguments: echo.args });
+      assert(!r.isError, `${echo.tool} as the denied caller: isError ${JSON.stringify(textOf(r.content))}`);
+      checkText(textOf(r.content), echo, echo.tool);
+    }
+  });
+  if (open) await d.close().catch(() => {});
+}
+
+// Connecting with this bearer (null: none) fails with a 401 whose challenge names the metadata.
+async function refused401(bearer) {
+  const { client: c, transport: t } = makeClient({}, bearer);
+  const since = exchanges.length;
+  let error;
+  try {
+    await c.connect(t);
+    await c.listTools(undefined, BYPASS);
+  } catch (e) {
+    error = e;
+  } finally {
+    await c.close().catch(() => {});
+  }
+  assert(error, 'connected and listed tools without valid credentials');
+  assert(error.status === 401, `error ${describe(error)}: status ${error.status}, want 401`);
+  const seen = exchanges.slice(since);
+  checkChallenge(assert, seen.map((ex) => ex.status), seen[0]?.respHeaders?.['www-authenticate'] ?? '', bearer);
+}
+
+if (opts.unauthorized) {
+  await flow('unauthorized-missing', () => refused401(null));
+  if (opts['wrong-bearer']) await flow('unauthorized-wrong', () => refused401(opts['wrong-bearer']));
 }
 
 // ------------------------------------------------------------------ wire
