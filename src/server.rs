@@ -251,7 +251,12 @@ impl Gateway {
                 if !view.allows_call(&method, &name) {
                     let id = front::request_id(&body);
                     let e = Error::Denied(format!("{method} {name}"));
-                    return self.reject_as(generation, &target, id.as_ref(), &e, started);
+                    // Inside a 2025 session a refusal is a JSON-RPC error in a
+                    // 200: an HTTP error status ends the session of some
+                    // clients (the Python SDK 1.x).
+                    let mut resp = self.reject_as(generation, &target, id.as_ref(), &e, started);
+                    *resp.status_mut() = StatusCode::OK;
+                    return resp;
                 }
             }
         }

@@ -310,3 +310,14 @@ fn policies_are_checked_when_the_file_is_read() {
     assert!(bad("[auth.p]\ntype = \"jwt\"\nissuer = \"i\"\naudience = \"a\"\njwks_url = \"https://idp/jwks\"\nalgorithms = [\"none\"]").contains("not one of"));
     assert!(bad("[auth.q]\ntype = \"none\"").contains("unknown auth policy"));
 }
+
+#[tokio::test]
+async fn a_policy_without_a_resource_has_no_metadata() {
+    let s = setup("no-resource").await;
+    // `/keys` names no resource: no document, and its challenge names none.
+    let (status, body) = s.gw.get("/.well-known/oauth-protected-resource/keys").await;
+    assert_eq!(status, 404, "{body}");
+    let (status, body) = s.gw.get("/.well-known/oauth-protected-resource").await;
+    assert_eq!(status, 200, "the one route with a resource: {body}");
+    assert!(body.contains(AUDIENCE), "{body}");
+}

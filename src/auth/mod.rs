@@ -180,7 +180,12 @@ pub fn metadata_url(policy: &AuthPolicy) -> Option<String> {
 /// followed by a route's path, or alone when one route is protected).
 pub fn metadata(config: &Config, path: &str) -> Option<Response<Body>> {
     let suffix = path.strip_prefix(METADATA_PATH)?;
-    let protected: Vec<_> = config.routes.iter().filter_map(|r| Some((r, r.auth.as_ref()?))).collect();
+    // Only a policy that names its resource has metadata (RFC 9728: `resource` is required).
+    let protected: Vec<_> = config
+        .routes
+        .iter()
+        .filter_map(|r| Some((r, r.auth.as_ref().filter(|p| p.resource.is_some())?)))
+        .collect();
     let (_, policy) = match suffix {
         "" | "/" if protected.len() == 1 => protected[0],
         _ => *protected.iter().find(|(r, p)| {

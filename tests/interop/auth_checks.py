@@ -68,7 +68,3 @@ def check_challenge(statuses: list[int | None], challenge: str, bearer: str | No
         assert 'error="invalid_token"' in challenge, f"WWW-Authenticate {challenge!r}"
 
 
-def check_denied_body(body: str) -> None:
-    """A denied call's 403 body: JSON-RPC -31003 with data.reason "denied"."""
-    compact = "".join(body.split())
-    assert '"code":-31003' in compact and '"reason":"denied"' in compact, f"403 body {body!r}, want -31003 denied"
