@@ -7,7 +7,6 @@
 
 use std::sync::Arc;
 
-use serde::Deserialize;
 use serde_json::{Map, Value};
 
 /// What a rule names.
@@ -156,32 +155,36 @@ fn list_of(method: &str) -> Option<(&'static str, Kind, &'static str)> {
     }
 }
 
-/// The method and the name (tool or prompt name, resource URI) of a legacy
-/// client's message, read without building a tree.
-pub fn legacy_target(body: &[u8]) -> Option<(String, String)> {
-    #[derive(Deserialize)]
-    struct Msg<'a> {
-        #[serde(borrow)]
-        method: Option<std::borrow::Cow<'a, str>>,
-        #[serde(borrow)]
-        params: Option<Params<'a>>,
-    }
-    #[derive(Deserialize)]
-    struct Params<'a> {
-        #[serde(borrow)]
-        name: Option<std::borrow::Cow<'a, str>>,
-        #[serde(borrow)]
-        uri: Option<std::borrow::Cow<'a, str>>,
-    }
-    let msg: Msg<'_> = serde_json::from_slice(body).ok()?;
-    let method = msg.method?;
-    kind_of_call(&method)?;
-    let params = msg.params?;
-    let name = match &*method {
-        "tools/call" | "prompts/get" => params.name?,
-        _ => params.uri?,
+/// What a legacy client's message calls.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Target {
+    /// Nothing a rule names.
+    Nothing,
+    /// A method and its tool or prompt name, or resource URI.
+    Call(String, String),
+    /// A call whose target cannot be read: no rule can clear it (refused).
+    Unreadable,
+}
+
+/// What a legacy client's message calls, read as the upstream will read it
+/// (a repeated member: the last one).
+pub fn legacy_target(body: &[u8]) -> Target {
+    let Ok(Value::Object(msg)) = serde_json::from_slice::<Value>(body) else {
+        // A batch or garbage: the relay refuses batches on routes with
+        // rules, and garbage reaches no tool.
+        return Target::Nothing;
     };
-    Some((method.into_owned(), name.into_owned()))
+    let Some(method) = msg.get("method").and_then(Value::as_str) else {
+        return Target::Nothing;
+    };
+    if kind_of_call(method).is_none() {
+        return Target::Nothing;
+    }
+    let field = if matches!(method, "tools/call" | "prompts/get") { "name" } else { "uri" };
+    match msg.get("params").and_then(|p| p.get(field)).and_then(Value::as_str) {
+        Some(name) => Target::Call(method.to_string(), name.to_string()),
+        None => Target::Unreadable,
+    }
 }
 
 #[cfg(test)]
@@ -238,11 +241,23 @@ mod tests {
 
     #[test]
     fn a_legacy_call_names_its_target() {
+        let target = |body: &[u8]| legacy_target(body);
         let call =
             br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{}}}"#;
-        assert_eq!(legacy_target(call), Some(("tools/call".into(), "echo".into())));
+        assert_eq!(target(call), Target::Call("tools/call".into(), "echo".into()));
         let read = br#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"file:///a"}}"#;
-        assert_eq!(legacy_target(read), Some(("resources/read".into(), "file:///a".into())));
-        assert_eq!(legacy_target(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#), None);
+        assert_eq!(target(read), Target::Call("resources/read".into(), "file:///a".into()));
+        assert_eq!(target(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#), Target::Nothing);
+        // Read as the upstream reads it: a repeated member is the last one.
+        let twice = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","name":"delete_user"}}"#;
+        assert_eq!(target(twice), Target::Call("tools/call".into(), "delete_user".into()));
+        // A call whose target cannot be read is refused, not let through.
+        assert_eq!(
+            target(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":5}}"#),
+            Target::Unreadable
+        );
+        let neighbour =
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"delete_user","uri":5}}"#;
+        assert_eq!(target(neighbour), Target::Call("tools/call".into(), "delete_user".into()));
     }
 }

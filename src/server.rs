@@ -247,17 +247,23 @@ impl Gateway {
         }
         // A legacy client's call is checked here; a modern one once parsed.
         if let (Some(view), Generation::Legacy) = (&access, generation) {
-            if let Some((method, name)) = crate::authz::legacy_target(&body) {
-                if !view.allows_call(&method, &name) {
-                    let id = front::request_id(&body);
-                    let e = Error::Denied(format!("{method} {name}"));
-                    // Inside a 2025 session a refusal is a JSON-RPC error in a
-                    // 200: an HTTP error status ends the session of some
-                    // clients (the Python SDK 1.x).
-                    let mut resp = self.reject_as(generation, &target, id.as_ref(), &e, started);
-                    *resp.status_mut() = StatusCode::OK;
-                    return resp;
+            use crate::authz::Target as Called;
+            let denied = match crate::authz::legacy_target(&body) {
+                Called::Call(method, name) => {
+                    (!view.allows_call(&method, &name)).then(|| format!("{method} {name}"))
                 }
+                Called::Nothing => None,
+                Called::Unreadable => Some("a call whose target cannot be read".to_string()),
+            };
+            if let Some(what) = denied {
+                let id = front::request_id(&body);
+                let e = Error::Denied(what);
+                // Inside a 2025 session a refusal is a JSON-RPC error in a
+                // 200: an HTTP error status ends the session of some clients
+                // (the Python SDK 1.x).
+                let mut resp = self.reject_as(generation, &target, id.as_ref(), &e, started);
+                *resp.status_mut() = StatusCode::OK;
+                return resp;
             }
         }
         let caller = Caller { principal, headers: parts.headers, body, forwarded: false, access };
@@ -420,6 +426,9 @@ impl Gateway {
         }
         let mut admission = admission;
         match target.admit(&caller.principal, &[ask(cell, &target, &call)]) {
+            // A listen stream lasts as long as its client wants: it is
+            // bounded by the stream places, not the upstream's slots.
+            Ok(_slot) if call.method == front::Method::SubscriptionsListen => {}
             Ok(slot) => admission._call._upstream = Some(slot),
             Err(e) => return self.reject(&target, Some(&call.id), &e, started),
         }

@@ -309,6 +309,13 @@ fn policies_are_checked_when_the_file_is_read() {
     assert!(bad("[auth.p]\ntype = \"jwt\"\nissuer = \"i\"\naudience = \"a\"\njwks_url = \"https://idp/jwks\"\nalgorithms = [\"RS256\", \"HS256\"]\nhs256_secret_env = \"X\"").contains("mixed"));
     assert!(bad("[auth.p]\ntype = \"jwt\"\nissuer = \"i\"\naudience = \"a\"\njwks_url = \"https://idp/jwks\"\nalgorithms = [\"none\"]").contains("not one of"));
     assert!(bad("[auth.q]\ntype = \"none\"").contains("unknown auth policy"));
+    assert!(bad(
+        "[auth.p]\ntype = \"jwt\"\nissuer = \"i\"\naudience = \"a\"\njwks_url = \"http://idp.example/jwks\""
+    )
+    .contains("https"));
+    let open_route_rules = "[[upstreams]]\nname = \"u\"\nurl = \"http://a/mcp\"\n[[routes]]\npath = \"/mcp\"\nupstream = \"u\"\n\
+        [[routes.rules]]\neffect = \"deny\"\ntools = [\"x\"]\nprincipals = [\"key:bob\"]\n";
+    assert!(Config::from_toml(open_route_rules).unwrap_err().0.contains("need an auth policy"));
 }
 
 #[tokio::test]

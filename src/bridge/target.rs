@@ -376,8 +376,15 @@ impl Detected {
         match probe::probe(upstream).await {
             Ok(found) => {
                 *last_failure = None;
+                // What this probe found (another request may mark the
+                // upstream suspect again at once).
+                let generation = match &found {
+                    Found::Legacy => Ok(Generation::Legacy),
+                    Found::Modern { .. } => Ok(Generation::Modern),
+                    Found::OtherRevision(_) => Err(Error::UpstreamRefused),
+                };
                 self.settle(found);
-                self.known().expect("just settled").map_err(|_| Error::UpstreamRefused)
+                generation
             }
             Err(e) => {
                 *last_failure = Some(Instant::now());

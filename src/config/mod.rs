@@ -531,6 +531,12 @@ fn instance_url(url: &str, text: &str) -> Result<Uri, ConfigError> {
             at(text, url)
         )));
     }
+    if parsed.query().is_some() {
+        return Err(ConfigError(format!(
+            "{}upstream urls carry no query (the URL names the instance in metrics and /readyz)",
+            at(text, url)
+        )));
+    }
     if parsed.authority().is_some_and(|a| a.as_str().contains('@')) {
         return Err(ConfigError(format!(
             "{}upstream urls carry no credentials (they would never be sent)",
@@ -597,8 +603,21 @@ fn route(
     Ok(Route {
         path: r.path.clone(),
         upstream: upstream.clone(),
-        auth: auth.filter(|p| !matches!(p.kind, AuthKind::None)),
-        rules: rules(&r.rules, text)?,
+        auth: auth.clone().filter(|p| !matches!(p.kind, AuthKind::None)),
+        rules: {
+            let rules = rules(&r.rules, text)?;
+            let names_callers = rules
+                .iter()
+                .any(|r| !(r.principals.is_empty() && r.groups.is_empty() && r.scopes.is_empty()));
+            if names_callers && auth.as_ref().is_none_or(|p| matches!(p.kind, AuthKind::None)) {
+                return Err(ConfigError(format!(
+                    "{}rules that name principals, groups or scopes need an auth policy on the route \
+                     (without one, any caller can claim to be anyone)",
+                    at(text, "effect")
+                )));
+            }
+            rules
+        },
         ttl_ms: r.ttl_ms.unwrap_or(0),
         cache_scope,
         rate_limit: r.rate_limit.map(|l| rate_limit(l, "rate_limit", text)).transpose()?,

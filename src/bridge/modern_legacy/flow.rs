@@ -58,9 +58,11 @@ impl ParkedFlow {
 
     /// Posts `answers` (input key → legacy result) for pending questions;
     /// one not sent is sent once more while the instance is up. The error:
-    /// `NotSent` when the instance could not be reached.
+    /// `NotSent` when the instance could not be reached before any answer
+    /// reached it (after one did, the call's outcome is unknown: `Broken`).
     async fn deliver(&mut self, answers: BTreeMap<String, Value>) -> Result<(), PostError> {
         let transport = &self.session.transport;
+        let mut delivered = false;
         for (key, result) in answers {
             let Some(question) = self.pending.remove(&key) else { continue };
             let response = json!({"jsonrpc": "2.0", "id": question.upstream_id, "result": result});
@@ -70,9 +72,12 @@ impl ParkedFlow {
                 }
                 other => other,
             };
-            if let Err(e) = posted {
-                crate::log_limited!(tracing::Level::WARN, ?e, "could not deliver an answer upstream");
-                return Err(e);
+            match posted {
+                Ok(_) => delivered = true,
+                Err(e) => {
+                    crate::log_limited!(tracing::Level::WARN, ?e, "could not deliver an answer upstream");
+                    return Err(if delivered { PostError::Broken } else { e });
+                }
             }
         }
         Ok(())
