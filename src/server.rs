@@ -425,7 +425,8 @@ impl Gateway {
             return self.reject(&target, Some(&call.id), &Error::Overloaded, started);
         }
         let mut admission = admission;
-        match target.admit(&caller.principal, &[ask(cell, &target, &call)]) {
+        let resumes = cell == Cell::ModernLegacy && self.modern_legacy.resumes_parked(&target.route, &call);
+        match target.admit(&caller.principal, &[ask(resumes, &target, &call)]) {
             // A listen stream lasts as long as its client wants: it is
             // bounded by the stream places, not the upstream's slots.
             Ok(_slot) if call.method == front::Method::SubscriptionsListen => {}
@@ -566,14 +567,13 @@ struct Permits {
 }
 
 /// What a modern call asks of its route: a retry that resumes a call parked
-/// in a gateway is never refused (nor counted), so that the parked call is
-/// not stranded; a replay-mode retry re-runs the tool, and a 2026
-/// upstream's retry is a new stateless request to it: both count.
-fn ask<'c>(cell: Cell, target: &Target, call: &'c front::Call) -> crate::bridge::Ask<'c> {
+/// in a gateway (`resumes`, its state opened) is never refused (nor
+/// counted), so that the parked call is not stranded; a replay-mode or
+/// URL-elicitation retry re-runs the tool, and a 2026 upstream's retry is a
+/// new stateless request to it: they count.
+fn ask<'c>(resumes: bool, target: &Target, call: &'c front::Call) -> crate::bridge::Ask<'c> {
     let tool = call.name.as_deref().filter(|_| call.method == front::Method::ToolsCall);
-    let resumes =
-        cell == Cell::ModernLegacy && call.params.contains_key("requestState") && !target.route.replays(tool);
-    crate::bridge::Ask { tool, resumes }
+    crate::bridge::Ask { tool, resumes: resumes && !target.route.replays(tool) }
 }
 
 /// Which listener a connection came in on.

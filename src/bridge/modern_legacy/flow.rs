@@ -191,6 +191,17 @@ impl Bridge {
     /// address) for the signed principal. Expiry, arguments and whether the
     /// flow is still parked are left to [`Bridge::resume`], whose answers to
     /// those are the client's.
+    /// Whether `call` is the retry of a call parked in a gateway (its
+    /// `requestState` opens as a park-mode round): such a retry resumes work
+    /// already admitted. A URL-elicitation or replay state re-runs the call.
+    pub fn resumes_parked(&self, route: &Route, call: &Call) -> bool {
+        let Some(Value::String(blob)) = call.params.get("requestState") else {
+            return false;
+        };
+        state::peek(&self.services.sealer, blob, &route.path, call.method.as_str())
+            .is_ok_and(|st| !st.re && st.ans.is_none())
+    }
+
     pub fn admit_forwarded(&self, route: &Route, call: &Call, principal: &str) -> Result<(), Refused> {
         let Some(Value::String(blob)) = call.params.get("requestState") else {
             return Err(Refused::NotARetry);
