@@ -61,6 +61,8 @@ impl Gateway {
         let services = Arc::new(Services::new(&config, metrics.clone(), shutdown));
         let targets = Arc::new(Targets::new(&config, &metrics));
         let gate = config.cluster.as_ref().map(|c| cluster::Gate::new(c, metrics.internal_refused.clone()));
+        let legacy_legacy = legacy_legacy::Bridge::new(&config, services.clone());
+        let quota = legacy_legacy.session_quota();
         Ok(Gateway {
             gate,
             auth: crate::auth::Auth::new(&config, metrics.clone())?,
@@ -68,9 +70,9 @@ impl Gateway {
             internal_limit: Arc::new(tokio::sync::Semaphore::new(config.limits.max_concurrent_requests)),
             body_budget: crate::body::Budget::new(config.limits.max_buffered_body_bytes),
             modern_legacy: Arc::new(modern_legacy::Bridge::new(&config, services.clone())),
-            legacy_legacy: legacy_legacy::Bridge::new(&config, services.clone()),
+            legacy_legacy,
             modern_modern: modern_modern::Bridge::new(services.clone()),
-            legacy_modern: Arc::new(legacy_modern::Bridge::new(&config, services.clone())),
+            legacy_modern: Arc::new(legacy_modern::Bridge::new(&config, services.clone(), quota)),
             config: Arc::new(config),
             targets,
             services,

@@ -49,7 +49,7 @@ const GET_QUIET_KEEPALIVES: u32 = 10;
 pub struct Bridge {
     services: Arc<Services>,
     session_ttl: Duration,
-    quota: quota::Creations,
+    quota: Arc<quota::Creations>,
     /// POST answers being streamed: a draining replica waits for them.
     streaming: Arc<AtomicUsize>,
 }
@@ -212,12 +212,17 @@ impl Bridge {
         Bridge {
             services,
             session_ttl: config.legacy.session_ttl,
-            quota: quota::Creations::new(
+            quota: Arc::new(quota::Creations::new(
                 config.legacy.max_new_sessions_per_minute,
                 config.legacy.max_new_sessions_per_principal_per_minute,
-            ),
+            )),
             streaming: Arc::new(AtomicUsize::new(0)),
         }
+    }
+
+    /// How fast legacy sessions may be opened: shared with the translated cell.
+    pub fn session_quota(&self) -> Arc<quota::Creations> {
+        self.quota.clone()
     }
 
     /// POST answers still streaming (a tool call waiting on its user, say):
@@ -388,14 +393,7 @@ impl Bridge {
             version: Option<std::borrow::Cow<'a, str>>,
         }
         let requested = serde_json::from_slice::<Init<'_>>(&caller.body).ok().and_then(|i| i.params?.version);
-        if let Err(quota) = self.quota.admit(&caller.principal) {
-            self.services
-                .metrics
-                .quota_exceeded
-                .get_or_create(&crate::metrics::QuotaLabels { route: target.route.path.clone(), quota })
-                .inc();
-            return Err(Error::TooManyNewSessions);
-        }
+        self.quota.admit_counted(&caller.principal, &target.route.path, &self.services.metrics)?;
         let wire = SessionWire { id: None, version: client_version(&caller.headers) };
         let (resp, upstream) = self.post_new(target, &wire, caller).await?;
         // From here on, a session the upstream minted is ended on every

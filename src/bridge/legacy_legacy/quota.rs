@@ -1,7 +1,8 @@
 //! How fast legacy sessions may be opened, per principal and overall: a
 //! fixed one-minute window. Without a session table the gateway cannot count
 //! open sessions, so it bounds how many it lets a caller open; the upstream's
-//! idle timeout bounds how long the abandoned ones live.
+//! idle timeout bounds how long the abandoned ones live. One window serves
+//! both legacy cells (relayed and translated sessions count alike).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -26,6 +27,21 @@ impl Creations {
     pub fn new(max: u32, per_principal: u32) -> Creations {
         let state = Window { started: Instant::now(), total: 0, by_principal: HashMap::new() };
         Creations { state: Mutex::new(state), max, per_principal }
+    }
+
+    /// Counts one creation for `principal` on `route`; a refusal is counted
+    /// in `sessionless_quota_exceeded_total` and is 429 `too_many_sessions`.
+    pub fn admit_counted(
+        &self,
+        principal: &str,
+        route: &str,
+        metrics: &crate::metrics::Metrics,
+    ) -> Result<(), crate::error::Error> {
+        self.admit(principal).map_err(|quota| {
+            let labels = crate::metrics::QuotaLabels { route: route.to_string(), quota };
+            metrics.quota_exceeded.get_or_create(&labels).inc();
+            crate::error::Error::TooManyNewSessions
+        })
     }
 
     /// Counts one creation for `principal`, or names the quota it would exceed.

@@ -58,7 +58,8 @@ const MAX_TOOL_PAGES: usize = 20;
 pub struct Bridge {
     services: Arc<Services>,
     session_ttl: Duration,
-    quota: quota::Creations,
+    /// New sessions per minute: the relay's window, shared.
+    quota: Arc<quota::Creations>,
     /// Route → when fetched, the upstream's discover result.
     discover: DashMap<String, (Instant, Arc<Value>)>,
     tool_headers: tool_headers::Cache,
@@ -90,14 +91,11 @@ impl From<Error> for Stop {
 }
 
 impl Bridge {
-    pub fn new(config: &Config, services: Arc<Services>) -> Bridge {
+    pub fn new(config: &Config, services: Arc<Services>, quota: Arc<quota::Creations>) -> Bridge {
         Bridge {
             services,
             session_ttl: config.legacy.session_ttl,
-            quota: quota::Creations::new(
-                config.legacy.max_new_sessions_per_minute,
-                config.legacy.max_new_sessions_per_principal_per_minute,
-            ),
+            quota,
             discover: DashMap::new(),
             tool_headers: tool_headers::Cache::default(),
             rounds: Rounds::default(),
@@ -240,11 +238,7 @@ impl Bridge {
         let msg: Value = serde_json::from_slice(&caller.body).map_err(|_| Error::Parse)?;
         let params = msg.get("params").and_then(Value::as_object).cloned().unwrap_or_default();
         let requested = params.get("protocolVersion").and_then(Value::as_str);
-        if let Err(quota) = self.quota.admit(&caller.principal) {
-            let labels = crate::metrics::QuotaLabels { route: target.route.path.clone(), quota };
-            self.services.metrics.quota_exceeded.get_or_create(&labels).inc();
-            return Err(Error::TooManyNewSessions);
-        }
+        self.quota.admit_counted(&caller.principal, &target.route.path, &self.services.metrics)?;
         let discover = self.discover(target).await?;
         let version = requested.filter(|v| LEGACY_VERSIONS.contains(v)).unwrap_or(LEGACY_VERSIONS[0]);
         let translated = Translated {
