@@ -212,6 +212,41 @@ impl Transport {
         self.send_headers(method, &headers[..n], body).await
     }
 
+    /// Runs `attempt` once more when it could not send on an instance that
+    /// is still up (a connection that had gone stale); an instance that
+    /// could not be reached is not tried again here (it is marked down).
+    pub(crate) async fn once_more<T, F, Fut>(&self, attempt: F) -> Result<T, PostError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, PostError>>,
+    {
+        match attempt().await {
+            Err(PostError::NotSent) if self.health().is_up() => attempt().await,
+            other => other,
+        }
+    }
+
+    /// [`Transport::send`], [once more](Transport::once_more) if not sent.
+    pub(crate) async fn send_again(
+        &self,
+        method: &str,
+        session: &SessionWire,
+        extra: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<h1::Response, PostError> {
+        self.once_more(|| self.send(method, session, extra, body)).await
+    }
+
+    /// [`Transport::send_headers`], [once more](Transport::once_more) if not sent.
+    pub(crate) async fn send_headers_again(
+        &self,
+        method: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<h1::Response, PostError> {
+        self.once_more(|| self.send_headers(method, headers, body)).await
+    }
+
     /// Sends one request with exactly `headers` (besides `Host` and the
     /// framing); the raw answer once its head has arrived.
     pub(crate) async fn send_headers(

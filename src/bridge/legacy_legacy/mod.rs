@@ -569,12 +569,7 @@ impl Bridge {
         wire: &SessionWire,
         caller: &Caller,
     ) -> Result<h1::Response, PostError> {
-        match self.post_once(upstream, wire, caller).await {
-            Err(PostError::NotSent) if upstream.health().is_up() => {
-                self.post_once(upstream, wire, caller).await
-            }
-            other => other,
-        }
+        upstream.once_more(|| self.post_once(upstream, wire, caller)).await
     }
 
     async fn post_once(
@@ -600,13 +595,7 @@ impl Bridge {
         extra: &[(&str, &str)],
         body: &[u8],
     ) -> Result<h1::Response, Error> {
-        let resp = match upstream.send(method, wire, extra, body).await {
-            Err(PostError::NotSent) if upstream.health().is_up() => {
-                upstream.send(method, wire, extra, body).await
-            }
-            other => other,
-        };
-        match resp {
+        match upstream.send_again(method, wire, extra, body).await {
             Err(PostError::NotSent) => Err(self.instance_gone(target)),
             other => other.map_err(|e| map_error(e, method != "GET")),
         }

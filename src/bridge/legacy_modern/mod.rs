@@ -161,9 +161,9 @@ impl Bridge {
 
     /// GET and DELETE of a translated session. GET is the session's stream
     /// of list changes, backed by the upstream's `subscriptions/listen`.
-    pub async fn session_verb(
+    pub async fn session_verb<'t>(
         &self,
-        target: &Target,
+        target: &'t Target,
         caller: &Caller,
         get: bool,
         hold: Box<dyn std::any::Any + Send + Sync>,
@@ -195,7 +195,7 @@ impl Bridge {
         let body = serde_json::to_vec(&body).expect("serialises");
         let headers = call_headers("subscriptions/listen", None, &[]);
         let (headers, body) = (&headers, &body);
-        let send = |t| send_once_more(t, headers, body);
+        let send = |t: &'t Transport| t.send_headers_again("POST", headers, body);
         let (resp, upstream) = target.on_instance(send, |e| *e == PostError::NotSent).await;
         let resp = resp.map_err(|e| crate::upstream::map_post_error(e, false))?;
         if !(resp.is_sse() && (200..300).contains(&resp.status)) {
@@ -284,7 +284,7 @@ impl Bridge {
         let body = serde_json::to_vec(&body).expect("serialises");
         let headers = call_headers("server/discover", None, &[]);
         let (headers, body) = (&headers, &body);
-        let send = |t: &'t Transport| send_once_more(t, headers, body);
+        let send = |t: &'t Transport| t.send_headers_again("POST", headers, body);
         let (resp, upstream) = target.on_instance(send, |e| *e == PostError::NotSent).await;
         let resp = resp.map_err(|e| crate::upstream::map_post_error(e, false))?;
         let deadline = tokio::time::Instant::now() + route.upstream.response_timeout;
@@ -387,7 +387,7 @@ impl Bridge {
             let body = serde_json::to_vec(&body).expect("serialises");
             let (resp, upstream) = match pinned {
                 // A retry goes to the instance that asked.
-                Some(upstream) => match send_once_more(upstream, &headers, &body).await {
+                Some(upstream) => match upstream.send_headers_again("POST", &headers, &body).await {
                     Err(PostError::NotSent) => {
                         return Err(Stop::Error(rpc_error(
                             -32603,
@@ -398,7 +398,7 @@ impl Bridge {
                 },
                 None => {
                     let (headers, body) = (&headers, &body);
-                    let send = |t: &'t Transport| send_once_more(t, headers, body);
+                    let send = |t: &'t Transport| t.send_headers_again("POST", headers, body);
                     target.on_instance(send, |e| *e == PostError::NotSent).await
                 }
             };
@@ -502,7 +502,7 @@ impl Bridge {
             let body = serde_json::to_vec(&body).expect("serialises");
             let headers = call_headers("tools/list", None, &[]);
             let upstream = target.pick();
-            let resp = send_once_more(upstream, &headers, &body).await.ok()?;
+            let resp = upstream.send_headers_again("POST", &headers, &body).await.ok()?;
             let msg = read_message(upstream, resp, None, deadline).await.ok()?;
             let result = msg.get("result")?;
             tool_headers::annotations(result.get("tools")?.as_array()?, &mut map);
@@ -727,20 +727,6 @@ fn listen_event(data: &str) -> Result<Option<String>, ()> {
         }
     }
     Ok(Some(msg.to_string()))
-}
-
-/// POSTs once, and once more when nothing was sent on an instance still up.
-async fn send_once_more(
-    upstream: &Transport,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> Result<crate::upstream::h1::Response, PostError> {
-    match upstream.send_headers("POST", headers, body).await {
-        Err(PostError::NotSent) if upstream.health().is_up() => {
-            upstream.send_headers("POST", headers, body).await
-        }
-        other => other,
-    }
 }
 
 /// A 2026 call's headers: version, method, name (already encoded), and

@@ -66,13 +66,7 @@ impl ParkedFlow {
         for (key, result) in answers {
             let Some(question) = self.pending.remove(&key) else { continue };
             let response = json!({"jsonrpc": "2.0", "id": question.upstream_id, "result": result});
-            let posted = match transport.post(&self.wire, &response).await {
-                Err(PostError::NotSent) if transport.health().is_up() => {
-                    transport.post(&self.wire, &response).await
-                }
-                other => other,
-            };
-            match posted {
+            match transport.once_more(|| transport.post(&self.wire, &response)).await {
                 Ok(_) => delivered = true,
                 Err(e) => {
                     crate::log_limited!(tracing::Level::WARN, ?e, "could not deliver an answer upstream");

@@ -209,14 +209,7 @@ impl Bridge {
         // Not sent: safe to send once more (to the next instance if this
         // one could not be reached and the call is not pinned to it).
         let (out, body) = (&out, &body);
-        let send = |upstream: &'t Transport| async move {
-            match upstream.send_headers("POST", out, body).await {
-                Err(PostError::NotSent) if upstream.health().is_up() => {
-                    upstream.send_headers("POST", out, body).await
-                }
-                other => other,
-            }
-        };
+        let send = |upstream: &'t Transport| upstream.send_headers_again("POST", out, body);
         let (resp, upstream) = match pinned {
             Some(upstream) => (send(upstream).await, upstream),
             None => target.on_instance(send, |e| *e == PostError::NotSent).await,
