@@ -52,8 +52,6 @@ const MAX_INFO: usize = 128;
 /// The tool annotations are one per route: the upstream never learns who
 /// calls (no credentials go upstream), so its tool list is the same for all.
 const ANY_CALLER: &str = "";
-/// Pages of `tools/list` read to learn `x-mcp-header` annotations.
-const MAX_TOOL_PAGES: usize = 20;
 
 pub struct Bridge {
     services: Arc<Services>,
@@ -488,30 +486,27 @@ impl Bridge {
     /// The upstream's whole tool list, as annotations; `None` if it could
     /// not be read.
     async fn list_tools(&self, target: &Target) -> Option<Annotations> {
-        let mut map = HashMap::new();
-        let mut cursor: Option<Value> = None;
         let deadline = tokio::time::Instant::now() + target.route.upstream.response_timeout;
-        for _ in 0..MAX_TOOL_PAGES {
+        let headers = call_headers("tools/list", None, &[]);
+        let headers = &headers;
+        tool_headers::gather(|cursor| async move {
             let mut params = json!({"_meta": {
                 "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
                 "io.modelcontextprotocol/clientCapabilities": {}}});
-            if let Some(c) = &cursor {
-                params["cursor"] = c.clone();
+            if let Some(c) = cursor {
+                params["cursor"] = c;
             }
             let body = json!({"jsonrpc": "2.0", "id": 0, "method": "tools/list", "params": params});
             let body = serde_json::to_vec(&body).expect("serialises");
-            let headers = call_headers("tools/list", None, &[]);
             let upstream = target.pick();
-            let resp = upstream.send_headers_again("POST", &headers, &body).await.ok()?;
+            let resp = upstream.send_headers_again("POST", headers, &body).await.ok()?;
             let msg = read_message(upstream, resp, None, deadline).await.ok()?;
-            let result = msg.get("result")?;
-            tool_headers::annotations(result.get("tools")?.as_array()?, &mut map);
-            cursor = result.get("nextCursor").filter(|c| c.is_string()).cloned();
-            if cursor.is_none() {
-                break;
+            match msg.get("result") {
+                Some(Value::Object(result)) => Some(result.clone()),
+                _ => None,
             }
-        }
-        Some(Arc::new(map))
+        })
+        .await
     }
 
     /// Pushes one round of questions on the client's stream and waits for

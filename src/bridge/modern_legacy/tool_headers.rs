@@ -128,18 +128,32 @@ impl Cache {
 }
 
 async fn fetch(session: &Session, timeout: Duration) -> Option<Annotations> {
-    let mut map = HashMap::new();
-    let mut cursor: Option<Value> = None;
-    for _ in 0..MAX_PAGES {
-        let params = match &cursor {
+    gather(|cursor| async move {
+        let params = match cursor {
             Some(c) => json!({"cursor": c}),
             None => json!({}),
         };
-        let result = call::simple_request(session, "tools/list", params, timeout).await.ok()?;
+        call::simple_request(session, "tools/list", params, timeout).await.ok()
+    })
+    .await
+}
+
+/// The annotations of a whole tool list, read page by page (`page` asks for
+/// the page after a cursor, `None` first; at most [`MAX_PAGES`]); `None`
+/// when a page could not be read.
+pub async fn gather<F, Fut>(page: F) -> Option<Annotations>
+where
+    F: Fn(Option<Value>) -> Fut,
+    Fut: std::future::Future<Output = Option<Map<String, Value>>>,
+{
+    let mut map = HashMap::new();
+    let mut cursor: Option<Value> = None;
+    for _ in 0..MAX_PAGES {
+        let result = page(cursor.take()).await?;
         annotations(result.get("tools")?.as_array()?, &mut map);
         cursor = result.get("nextCursor").filter(|c| c.is_string()).cloned();
         if cursor.is_none() {
-            return Some(Arc::new(map));
+            break;
         }
     }
     Some(Arc::new(map))
