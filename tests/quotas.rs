@@ -7,25 +7,9 @@ mod support;
 use serde_json::{json, Value};
 use support::{single_route, Answer, FakeUpstream, Gateway, Step, Upstream};
 
-/// A tool whose question is named after the call's upstream id, so that
-/// concurrent calls on one session ask distinct questions.
+/// A tool whose question is named after the call's upstream id.
 async fn asking_upstream() -> Upstream {
-    FakeUpstream::new()
-        .on_fn("tools/call", |req| {
-            let q = json!(format!("q-{}", req["id"]));
-            Answer::Sse(vec![
-                Step::ask(
-                    q.clone(),
-                    "elicitation/create",
-                    json!({"message": "Which city?", "requestedSchema": {"type": "object", "properties": {}}}),
-                ),
-                Step::await_response(q),
-                Step::result(json!({"content": [{"type": "text", "text": "carried on"}]})),
-            ])
-        })
-        .on("tools/list", Answer::Result(json!({"tools": []})))
-        .start()
-        .await
+    FakeUpstream::asking_each_call().on("tools/list", Answer::Result(json!({"tools": []}))).start().await
 }
 
 fn ask(gw: &Gateway, id: u64, token: &str) -> support::ModernRequest {

@@ -104,21 +104,7 @@ async fn a_tool_limit_counts_only_that_tool() {
 
 /// A tool that asks one question, then finishes.
 async fn asking() -> Upstream {
-    FakeUpstream::new()
-        .on_fn("tools/call", |req| {
-            let q = json!(format!("q-{}", req["id"]));
-            Answer::Sse(vec![
-                Step::ask(
-                    q.clone(),
-                    "elicitation/create",
-                    json!({"message": "Which city?", "requestedSchema": {"type": "object", "properties": {}}}),
-                ),
-                Step::await_response(q),
-                Step::result(text("carried on")),
-            ])
-        })
-        .start()
-        .await
+    FakeUpstream::asking_each_call().start().await
 }
 
 fn ask(gw: &Gateway, id: u64) -> ModernRequest {

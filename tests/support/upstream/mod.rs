@@ -165,6 +165,24 @@ impl FakeUpstream {
         self
     }
 
+    /// A fake whose `tools/call` asks one question, named after the call's
+    /// upstream id (so concurrent calls on one session ask distinct ones),
+    /// waits for its answer, then finishes with "carried on".
+    pub fn asking_each_call() -> FakeUpstream {
+        FakeUpstream::new().on_fn("tools/call", |req| {
+            let q = json!(format!("q-{}", req["id"]));
+            Answer::Sse(vec![
+                Step::ask(
+                    q.clone(),
+                    "elicitation/create",
+                    json!({"message": "Which city?", "requestedSchema": {"type": "object", "properties": {}}}),
+                ),
+                Step::await_response(q),
+                Step::result(json!({"content": [{"type": "text", "text": "carried on"}]})),
+            ])
+        })
+    }
+
     pub async fn start(self) -> Upstream {
         self.start_at("127.0.0.1:0").await
     }
