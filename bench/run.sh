@@ -14,6 +14,7 @@
 #   BENCH_REPS=5 BENCH_DURATION=10 bench/run.sh
 #   BENCH_ONLY=legacy bench/run.sh     # only the legacy relay cells (~3 min at 5 reps)
 #   BENCH_ONLY=modern,echo bench/run.sh   # the pass-through beside the translating path
+#   BENCH_ONLY=auth bench/run.sh       # an open route beside an API-key and a JWT route (~2 min at 5 reps)
 #
 # Knobs (environment): BENCH_REPS (5) repetitions of every load cell,
 # BENCH_DURATION (3) measured seconds per cell, BENCH_WARMUP (1),
@@ -21,8 +22,8 @@
 # to open, BENCH_LOADGEN_THREADS (1), BENCH_SKIP_BUILD=1, BENCH_SKIP_CRITERION=1,
 # BENCH_ONLY (all): a comma-separated list of the parts to run, out of echo
 # (stateless echo cells), legacy (legacy relay cells), modern (2026 upstream:
-# pass-through cells, interleaved with the echo cells when both run), mrtr,
-# memory, criterion,
+# pass-through cells, interleaved with the echo cells when both run), auth
+# (open, api_key and jwt routes of one gateway), mrtr, memory, criterion,
 # CARGO_TARGET_DIR (default: target/). Needs: cargo, curl, nginx (installed
 # with apt-get when missing and running as root).
 set -euo pipefail
@@ -37,7 +38,7 @@ PRINCIPALS=${BENCH_PRINCIPALS:-1000}
 THREADS=${BENCH_LOADGEN_THREADS:-1}
 CONCURRENCY=(1 8 32)
 ONLY=${BENCH_ONLY:-}
-PARTS=(echo legacy modern mrtr memory criterion)
+PARTS=(echo legacy modern auth mrtr memory criterion)
 want() { [[ -z $ONLY || ",$ONLY," == *",$1,"* ]]; }
 for part in ${ONLY//,/ }; do
     [[ " ${PARTS[*]} " == *" $part "* ]] || { echo "BENCH_ONLY: unknown part '$part' (${PARTS[*]})" >&2; exit 2; }
@@ -258,7 +259,7 @@ load() { # mode addr label rep concurrency [extra args…]
 field() { grep -oE "\"$2\":[0-9.]+" <<<"$1" | head -1 | cut -d: -f2; }
 
 # --- 1. throughput and latency --------------------------------------------
-if want echo || want legacy || want mrtr; then
+if want echo || want legacy || want mrtr || want auth; then
 start_upstream
 write_gateway_conf
 start_gateway gateway
@@ -368,6 +369,88 @@ want legacy && for rep in $(seq "$REPS"); do
         done
     done
 done
+
+# --- 1c. authentication ------------------------------------------------------
+# One gateway, one upstream, three routes: open (`type = "none"`), an API key
+# (a key file of 1000 digests, the caller's among them) and a JWT (HS256; the
+# verified token is cached, which is the steady state of a client that
+# reuses its token). The same stateless echo on each, interleaved per
+# repetition; every answer checked.
+if want auth; then
+    AUTH_DIR=$OUT/auth
+    mkdir -p "$AUTH_DIR"
+    key_lines=$("$BIN" hash-key bench)
+    API_KEY=$(sed -n 1p <<<"$key_lines")
+    { for i in $(seq 999); do "$BIN" hash-key "k$i" | sed -n 2p; done; sed -n 2p <<<"$key_lines"; } >"$AUTH_DIR/keys"
+    SESSIONLESS_BENCH_HS256=$(head -c 48 /dev/urandom | base64 | tr -d '\n=+/')
+    export SESSIONLESS_BENCH_HS256
+    b64url() { base64 | tr -d '\n=' | tr '+/' '-_'; }
+    jwt_head=$(printf '{"alg":"HS256","typ":"JWT"}' | b64url)
+    jwt_claims=$(printf '{"iss":"https://issuer.bench","aud":"https://gateway.bench","sub":"bench","exp":%d}' \
+        $(($(date +%s) + 86400)) | b64url)
+    jwt_sig=$(printf '%s.%s' "$jwt_head" "$jwt_claims" |
+        openssl dgst -sha256 -mac HMAC -macopt "key:$SESSIONLESS_BENCH_HS256" -binary | b64url)
+    JWT=$jwt_head.$jwt_claims.$jwt_sig
+    cat >"$AUTH_DIR/gateway.toml" <<EOF
+[server]
+listen = "127.0.0.1:0"
+
+[[upstreams]]
+name = "demo"
+url = "http://127.0.0.1:$UPSTREAM_PORT/mcp"
+
+[auth.open]
+type = "none"
+
+[auth.keys]
+type = "api_key"
+keys_file = "$AUTH_DIR/keys"
+
+[auth.jwt]
+type = "jwt"
+issuer = "https://issuer.bench"
+audience = "https://gateway.bench"
+algorithms = ["HS256"]
+hs256_secret_env = "SESSIONLESS_BENCH_HS256"
+
+[[routes]]
+path = "/mcp"
+upstream = "demo"
+auth = "open"
+
+[[routes]]
+path = "/mcp-key"
+upstream = "demo"
+auth = "keys"
+
+[[routes]]
+path = "/mcp-jwt"
+upstream = "demo"
+auth = "jwt"
+EOF
+    saved=("${GATEWAY_PID:-}" "${GATEWAY_PORT:-}")
+    start_gateway gateway-auth "$AUTH_DIR/gateway.toml"
+    AUTH_GATEWAY_PID=$GATEWAY_PID AUTH_GATEWAY_PORT=$GATEWAY_PORT
+    GATEWAY_PID=${saved[0]} GATEWAY_PORT=${saved[1]}
+    for rep in $(seq "$REPS"); do
+        for c in "${CONCURRENCY[@]}"; do
+            order=(open api_key jwt)
+            shift_by=$(((rep - 1) % 3))
+            order=("${order[@]:$shift_by}" "${order[@]:0:$shift_by}")
+            for t in "${order[@]}"; do
+                case $t in
+                open) args=(--path /mcp) ;;
+                api_key) args=(--path /mcp-key --bearer "$API_KEY") ;;
+                jwt) args=(--path /mcp-jwt --bearer "$JWT") ;;
+                esac
+                PROXY_PIDS=$AUTH_GATEWAY_PID
+                line=$(load modern "127.0.0.1:$AUTH_GATEWAY_PORT" "auth-$t" "$rep" "$c" "${args[@]}")
+                log "rep $rep c=$c auth $t: $(field "$line" rps) req/s, p50 $(field "$line" p50_us) µs, errors $(field "$line" errors), proxy CPU $(field "$line" proxy_cpu_us) µs/req"
+            done
+        done
+    done
+    stop "$AUTH_GATEWAY_PID"
+fi
 
 # --- 2. MRTR round trip beside echo ----------------------------------------
 want mrtr && for rep in $(seq "$REPS"); do

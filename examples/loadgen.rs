@@ -12,6 +12,7 @@
 //! loadgen mrtr       --addr HOST:PORT [-c N] [-d SECS] [--warmup SECS]   ask_user → input_required → retry; one sample = both
 //! loadgen park       --addr HOST:PORT --count N [-c N]                   N ask_user calls left parked (never retried)
 //! loadgen principals --addr HOST:PORT --count N [-c N] [--offset K]      N echo calls, each with its own bearer token
+//!                    (modern and mrtr take `--bearer TOKEN`: every request carries it, for an authenticated route)
 //! loadgen free-port                                                      prints a free 127.0.0.1 TCP port
 //! loadgen report     --results FILE.jsonl [--criterion DIR]              the markdown table of a run
 //! ```
@@ -60,13 +61,15 @@ struct Opts {
     rep: u64,
     /// Legacy mode: the session opened before the run.
     session: Option<String>,
+    /// Modern and mrtr modes: the bearer token every request carries.
+    bearer: Option<String>,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: loadgen legacy|modern|mrtr|park|principals --addr HOST:PORT [--path /mcp] \
          [-c N] [-d SECS] [--warmup SECS] [--count N] [--offset K] [--threads N] \
-         [--label NAME] [--rep N]\n       loadgen free-port\n       \
+         [--label NAME] [--rep N] [--bearer TOKEN]\n       loadgen free-port\n       \
          loadgen report --results FILE.jsonl [--criterion DIR]"
     );
     std::process::exit(2)
@@ -122,6 +125,7 @@ fn parse_opts(cmd: &str, rest: &[String]) -> Opts {
         label: cmd.to_string(),
         rep: 0,
         session: None,
+        bearer: None,
     };
     let mut it = rest.iter();
     while let Some(flag) = it.next() {
@@ -138,6 +142,7 @@ fn parse_opts(cmd: &str, rest: &[String]) -> Opts {
             "--threads" => o.threads = val.parse().unwrap_or_else(|_| usage()),
             "--label" => o.label = val.clone(),
             "--rep" => o.rep = val.parse().unwrap_or_else(|_| usage()),
+            "--bearer" => o.bearer = Some(val.clone()),
             _ => usage(),
         }
     }
@@ -327,14 +332,17 @@ async fn once(o: &Opts, conn: &mut Conn, n: u64) -> Result<Sample, String> {
         }
         Mode::Modern | Mode::Principals => {
             let body = modern_body(n + 1, "echo", json!({"text": "hi"}), json!({}), None);
-            let bearer = (o.mode == Mode::Principals).then(|| format!("tok-{}", o.offset + n));
+            let bearer = match o.mode {
+                Mode::Principals => Some(format!("tok-{}", o.offset + n)),
+                _ => o.bearer.clone(),
+            };
             modern_echo_ok(&conn.send(modern_request(o, "echo", body, bearer)).await?)?;
         }
         Mode::Mrtr | Mode::Park => {
             let caps = json!({"elicitation": {}});
             let args = json!({"question": "bench?"});
             let body = modern_body(2 * n + 1, "ask_user", args.clone(), caps.clone(), None);
-            let a = conn.send(modern_request(o, "ask_user", body, None)).await?;
+            let a = conn.send(modern_request(o, "ask_user", body, o.bearer.clone())).await?;
             let msg = message(&a).ok_or_else(|| format!("status {}: unparsable answer", a.status))?;
             let result = msg.get("result").ok_or_else(|| format!("no result: {msg}"))?;
             if result.get("resultType").and_then(Value::as_str) != Some("input_required")
@@ -349,7 +357,7 @@ async fn once(o: &Opts, conn: &mut Conn, n: u64) -> Result<Sample, String> {
             }
             let responses = json!({"elicitation_1": {"action": "accept", "content": {"answer": "x"}}});
             let body = modern_body(2 * n + 2, "ask_user", args, caps, Some((responses, state)));
-            let a = conn.send(modern_request(o, "ask_user", body, None)).await?;
+            let a = conn.send(modern_request(o, "ask_user", body, o.bearer.clone())).await?;
             let msg = message(&a).ok_or_else(|| format!("status {}: unparsable retry answer", a.status))?;
             let text = msg.pointer("/result/content/0/text").and_then(Value::as_str);
             if text != Some("you answered: x") {
@@ -699,6 +707,50 @@ mod report {
         }
     }
 
+    /// The same 2026 echo on one gateway through an open route, an API-key
+    /// route and a JWT route (HS256, the verified token cached): what
+    /// authentication adds per request. Ratios per repetition, then the median.
+    fn auth_paths(s: &mut String, lines: &[Value]) {
+        let _ = writeln!(
+            s,
+            "\n### Authentication: the same call on an open route, an API-key route and a JWT route\n"
+        );
+        let _ = writeln!(
+            s,
+            "| concurrency | route | req/s | req/s ÷ open | p50 µs | added p50 µs over open | proxy CPU µs/req | added CPU µs/req | errors |"
+        );
+        let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+        for c in [1u64, 8, 32] {
+            let open = by_rep(lines, "auth-open", c);
+            for route in ["open", "api_key", "jwt"] {
+                let label = format!("auth-{route}");
+                let m = by_rep(lines, &label, c);
+                if m.is_empty() {
+                    continue;
+                }
+                let med = |k: &str| median(m.values().map(|l| num(l, k)).collect());
+                let per_rep = |k: &str, op: fn(f64, f64) -> f64| {
+                    median(
+                        m.iter()
+                            .filter_map(|(rep, a)| open.get(rep).map(|b| op(num(a, k), num(b, k))))
+                            .collect(),
+                    )
+                };
+                let errors: u64 = m.values().filter_map(|l| l["errors"].as_u64()).sum();
+                let _ = writeln!(
+                    s,
+                    "| {c} | {route} | {} | {} | {} | {} | {} | {} | {errors} |",
+                    f(med("rps"), 0),
+                    f(per_rep("rps", |a, b| a / b), 3),
+                    f(med("p50_us"), 0),
+                    f(per_rep("p50_us", |a, b| a - b), 0),
+                    f(med("proxy_cpu_us"), 1),
+                    f(per_rep("proxy_cpu_us", |a, b| a - b), 1),
+                );
+            }
+        }
+    }
+
     fn render(lines: &[Value], crit: BTreeMap<String, f64>) -> String {
         let mut s = String::new();
         let reps = lines
@@ -751,6 +803,10 @@ mod report {
             }
             let title = "legacy client, tools/call echo on a session (relay)";
             group(&mut s, lines, "legacy-", title, reps);
+        }
+
+        if has("auth-open") {
+            auth_paths(&mut s, lines);
         }
 
         // MRTR
