@@ -18,7 +18,7 @@ pub enum Kind {
 }
 
 /// One `[[routes.rules]]` entry.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Rule {
     pub allow: bool,
     pub tools: Vec<String>,

@@ -13,10 +13,12 @@ pub mod demo;
 pub mod error;
 pub mod front;
 pub mod guard;
+pub mod live;
 pub mod metrics;
 pub mod park;
 pub mod ratelimit;
 pub mod ratelog;
+pub mod reload;
 pub mod reply;
 pub mod seal;
 pub mod server;
@@ -46,6 +48,8 @@ pub struct Running {
     pub internal_addr: Option<SocketAddr>,
     drain: CancellationToken,
     task: JoinHandle<()>,
+    /// Started from a file: reads it again on demand.
+    reloader: Option<reload::Reloader>,
 }
 
 impl Running {
@@ -68,6 +72,21 @@ impl Running {
         self.drain.clone()
     }
 
+    /// Reads the routing file again and applies it (what `SIGHUP` and a
+    /// change to the file do); the running configuration stays when the
+    /// file is bad. An error too when the gateway was not started from a file.
+    pub async fn reload(&self) -> Result<live::Reloaded, String> {
+        match &self.reloader {
+            Some(r) => r.reload("asked").await,
+            None => Err("started without a configuration file: nothing to reload".into()),
+        }
+    }
+
+    /// What reloads this gateway, when it was started from a file.
+    pub fn reloader(&self) -> Option<reload::Reloader> {
+        self.reloader.clone()
+    }
+
     /// The MCP endpoint URL of the first route.
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
@@ -87,7 +106,7 @@ pub async fn probe_upstreams(config: &Config) -> Vec<(String, String, String, St
             Err(e) => format!("unreachable ({})", e.reason()),
         };
         let urls: Vec<&str> = t.instances().iter().map(|i| i.instance()).collect();
-        out.push((t.route.path.clone(), t.route.upstream.name.clone(), urls.join(" "), found));
+        out.push((t.route.id.clone(), t.route.upstream.name.clone(), urls.join(" "), found));
     }
     out
 }
@@ -97,6 +116,17 @@ const CLOSE_SESSIONS: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Binds the listeners and starts the gateway; returns once it accepts connections.
 pub async fn run(config: Config) -> std::io::Result<Running> {
+    start(config, None).await
+}
+
+/// Like [`run`], from a routing file that is watched: a change to it (or
+/// [`Running::reload`], or `SIGHUP` in the binary) reloads it.
+pub async fn run_from(source: reload::Source) -> Result<Running, String> {
+    let config = source.load().map_err(|e| e.0)?;
+    start(config, Some(source)).await.map_err(|e| e.to_string())
+}
+
+async fn start(config: Config, source: Option<reload::Source>) -> std::io::Result<Running> {
     let listener = TcpListener::bind(config.listen).await?;
     let addr = listener.local_addr()?;
     let internal = match &config.cluster {
@@ -108,26 +138,19 @@ pub async fn run(config: Config) -> std::io::Result<Running> {
     let config_tls = config.cluster.as_ref().and_then(|c| c.tls.clone());
     let (drain, stop) = (CancellationToken::new(), CancellationToken::new());
     let gateway = Arc::new(server::Gateway::new(config, stop.clone()).map_err(std::io::Error::other)?);
-    // What each `auto` upstream speaks, found now rather than on the first
-    // request (a probe that fails is repeated when a request needs it).
-    for target in gateway.targets().all() {
-        if target.detected.known().is_none() {
-            let target = target.clone();
-            tokio::spawn(async move { target.generation().await });
-        }
-    }
+    // The first generation's tasks: what each `auto` upstream speaks
+    // (found now rather than on the first request), health probes, rate
+    // limit sweeps, JWKS refreshes.
+    gateway.start();
     let mut tasks = vec![
-        tokio::spawn(gateway.targets().clone().sweep_rate_limits(stop.clone())),
         tokio::spawn(gateway.modern_legacy().pool().clone().run_reaper(stop.clone())),
         tokio::spawn(gateway.modern_legacy().clone().run_flow_reaper(stop.clone())),
-        tokio::spawn(gateway.targets().clone().watch(stop.clone())),
-        tokio::spawn({
-            let refreshers: Vec<_> =
-                gateway.auth().verifiers().map(|v| v.clone().run_refresh(stop.clone())).collect();
-            async move { drop(futures_util::future::join_all(refreshers).await) }
-        }),
         tokio::spawn(server::serve(gateway.clone(), listener, stop.clone(), server::Listener::Public, None)),
     ];
+    let reloader = source.map(|source| reload::Reloader::new(gateway.clone(), source));
+    if let Some(r) = reloader.as_ref().filter(|r| r.watches()) {
+        tasks.push(tokio::spawn(r.clone().watch(stop.clone())));
+    }
     if let Some(internal) = internal {
         let tls = config_tls.as_ref().map(cluster::tls::acceptor);
         tasks.push(tokio::spawn(server::serve(
@@ -151,5 +174,5 @@ pub async fn run(config: Config) -> std::io::Result<Running> {
             tracing::warn!("upstream sessions still closing at exit; left to the upstream's idle timeout");
         }
     });
-    Ok(Running { addr, internal_addr, drain, task })
+    Ok(Running { addr, internal_addr, drain, task, reloader })
 }

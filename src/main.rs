@@ -114,28 +114,43 @@ fn main() -> anyhow::Result<()> {
         }
         Some(Command::Demo { listen }) => runtime.block_on(demo(listen)),
         None => {
-            let config = match (&cli.upstream, &cli.config) {
-                (Some(url), None) => Config::single(url, cli.listen.unwrap_or(DEFAULT_LISTEN.parse()?))?,
+            let (config, source) = match (&cli.upstream, &cli.config) {
+                (Some(url), None) => {
+                    (Config::single(url, cli.listen.unwrap_or(DEFAULT_LISTEN.parse()?))?, None)
+                }
                 (None, Some(file)) => {
-                    let mut c = Config::from_file(file)?;
-                    if let Some(l) = cli.listen {
-                        c.listen = l;
-                    }
-                    c
+                    let source =
+                        sessionless::reload::Source { path: file.clone(), listen: cli.listen, watch: true };
+                    (source.load()?, Some(source))
                 }
                 _ => bail!("give --upstream URL or --config FILE (see --help)"),
             };
-            runtime.block_on(gateway(config))
+            runtime.block_on(gateway(config, source))
         }
     }
 }
 
-async fn gateway(config: Config) -> anyhow::Result<()> {
+async fn gateway(config: Config, source: Option<sessionless::reload::Source>) -> anyhow::Result<()> {
     let urls = |r: &sessionless::config::Route| {
         r.upstream.urls.iter().map(ToString::to_string).collect::<Vec<_>>().join(" ")
     };
     let routes: Vec<String> = config.routes.iter().map(|r| format!("{} -> {}", r.path, urls(r))).collect();
-    let running = sessionless::run(config).await.context("cannot start the gateway")?;
+    let running = match source {
+        // Reloaded when the file changes, and on SIGHUP.
+        Some(source) => sessionless::run_from(source).await.map_err(|e| anyhow::anyhow!(e)),
+        None => sessionless::run(config).await.map_err(Into::into),
+    }
+    .context("cannot start the gateway")?;
+    #[cfg(unix)]
+    if let Some(reloader) = running.reloader() {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                let _ = reloader.reload("SIGHUP").await;
+            }
+        });
+    }
     eprintln!("sessionless listening on http://{} ({})", running.addr, routes.join(", "));
     if let Some(internal) = running.internal_addr {
         eprintln!("sessionless internal listener (cluster) on {internal}");

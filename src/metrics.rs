@@ -64,6 +64,12 @@ pub struct RefusedLabels {
     pub reason: &'static str,
 }
 
+/// An outcome alone (configuration reloads: applied or rejected).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeOnlyLabels {
+    pub outcome: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HeaderLabels {
     pub header: &'static str,
@@ -144,6 +150,9 @@ pub struct Metrics {
     pub questions_pushed: Family<MethodLabels, Counter>,
     pub auth_failures: Family<ReasonLabels, Counter>,
     pub answers_routed: Family<ReasonLabels, Counter>,
+    pub config_reloads: Family<OutcomeOnlyLabels, Counter>,
+    pub config_restart_required: Gauge,
+    pub config_last_reload: Gauge,
 }
 
 fn duration_histogram() -> Histogram {
@@ -184,6 +193,9 @@ impl Metrics {
             questions_pushed: Family::default(),
             auth_failures: Family::default(),
             answers_routed: Family::default(),
+            config_reloads: Family::default(),
+            config_restart_required: Gauge::default(),
+            config_last_reload: Gauge::default(),
         };
         let r = registry.sub_registry_with_prefix("sessionless");
         r.register("requests", "Client requests by generation and outcome", m.requests.clone());
@@ -304,6 +316,21 @@ impl Metrics {
             "legacy_answers_routed",
             "Legacy clients' answers to pushed questions, by where they went: here, forwarded, received (from another replica), no_round, owner_gone, no_owner",
             m.answers_routed.clone(),
+        );
+        r.register(
+            "config_reloads",
+            "Configuration reloads (file change or SIGHUP), by outcome: applied, or rejected (the running configuration stays)",
+            m.config_reloads.clone(),
+        );
+        r.register(
+            "config_restart_required",
+            "1 when the last applied reload changed settings that only a restart applies (listeners, cluster, limits)",
+            m.config_restart_required.clone(),
+        );
+        r.register(
+            "config_last_reload_success_timestamp_seconds",
+            "Unix time the configuration was last loaded: at start, then by each applied reload",
+            m.config_last_reload.clone(),
         );
         m
     }

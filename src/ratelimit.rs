@@ -101,7 +101,7 @@ impl RateLimits<DefaultClock> {
 impl<C: Clock + Clone> RateLimits<C> {
     /// The limits of `route`, on `clock` (a fake one in tests).
     pub fn with_clock(route: &Route, max_keys: usize, metrics: &Metrics, clock: C) -> RateLimits<C> {
-        let labels = |kind: Kind| RateLimitLabels { route: route.path.clone(), limit: kind.label() };
+        let labels = |kind: Kind| RateLimitLabels { route: route.id.clone(), limit: kind.label() };
         let counter = |kind| metrics.rate_limited.get_or_create(&labels(kind)).clone();
         let gauge = |kind| metrics.rate_limit_keys.get_or_create(&labels(kind)).clone();
         let limit = |l: &RateLimit| Limit::new(l, max_keys, clock.clone());

@@ -8,8 +8,11 @@
 //! thing standing between two seals under one key (the ~2^32 random-nonce budget
 //! applies per sub-key, i.e. per blob). The newest key seals; every key opens.
 
+use std::sync::Arc;
+
 use aes_gcm::aead::{Aead, KeyInit, Payload};
 use aes_gcm::{Aes256Gcm, Nonce};
+use arc_swap::ArcSwap;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use hkdf::Hkdf;
@@ -43,7 +46,6 @@ impl SealError {
     }
 }
 
-/// Unix time in seconds: the clock sealed expiries are written in.
 /// Lowercase hex of `bytes` (digests and ids in tokens, labels and files).
 #[inline]
 pub fn hex(bytes: &[u8]) -> String {
@@ -56,18 +58,19 @@ pub fn hex(bytes: &[u8]) -> String {
     out
 }
 
+/// Unix time in seconds: the clock sealed expiries are written in.
 pub fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 pub struct Sealer {
-    /// Newest first.
-    keys: Vec<SealKey>,
+    /// Newest first; replaced whole by a reload.
+    keys: ArcSwap<Vec<SealKey>>,
 }
 
 impl std::fmt::Debug for Sealer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.keys.iter().map(|k| &k.id)).finish()
+        f.debug_list().entries(self.keys.load().iter().map(|k| k.id.clone())).finish()
     }
 }
 
@@ -81,7 +84,21 @@ impl Sealer {
         } else {
             keys
         };
-        Sealer { keys }
+        Sealer { keys: ArcSwap::from_pointee(keys) }
+    }
+
+    /// Puts `keys` (newest first, at least one) in place of the current
+    /// ones (a reload): the first seals from now on, every one opens.
+    /// Whatever is being sealed or opened meanwhile uses the old set whole.
+    pub fn replace(&self, keys: Vec<SealKey>) {
+        if !keys.is_empty() {
+            self.keys.store(Arc::new(keys));
+        }
+    }
+
+    /// The ids of the keys, newest first.
+    pub fn key_ids(&self) -> Vec<String> {
+        self.keys.load().iter().map(|k| k.id.clone()).collect()
     }
 
     fn cipher(key: &SealKey, salt: &[u8]) -> Aes256Gcm {
@@ -93,7 +110,8 @@ impl Sealer {
 
     /// Seals `plaintext`, bound to `aad` (which must be given again to open).
     pub fn seal(&self, aad: &[u8], plaintext: &[u8]) -> String {
-        let key = &self.keys[0];
+        let keys = self.keys.load();
+        let key = &keys[0];
         let id = key.id.as_bytes();
         let mut salt_nonce = [0u8; SALT_LEN + NONCE_LEN];
         rand::thread_rng().fill_bytes(&mut salt_nonce);
@@ -120,7 +138,8 @@ impl Sealer {
         let (id, rest) = rest.split_at(id_len as usize);
         let (salt, rest) = rest.split_at(SALT_LEN);
         let (nonce, ct) = rest.split_at(NONCE_LEN);
-        let key = self.keys.iter().find(|k| k.id.as_bytes() == id).ok_or(SealError::UnknownKey)?;
+        let keys = self.keys.load();
+        let key = keys.iter().find(|k| k.id.as_bytes() == id).ok_or(SealError::UnknownKey)?;
         Self::cipher(key, salt)
             .decrypt(Nonce::from_slice(nonce), Payload { msg: ct, aad })
             .map_err(|_| SealError::Forged)

@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use arc_swap::ArcSwap;
+
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -26,14 +28,19 @@ use crate::conn::Tracked;
 use crate::error::{error_body, Error};
 use crate::front::generation::ByHeaders;
 use crate::front::{self, Message, SUPPORTED_VERSIONS};
-use crate::metrics::{EndedLabels, HeaderLabels, Metrics};
+use crate::live::{self, Found, Live, Reloaded};
+use crate::metrics::{EndedLabels, HeaderLabels, Metrics, OutcomeOnlyLabels};
 use crate::ratelog::RateLimitedLog;
 use crate::reply::{self, Body, Reply};
 
 pub struct Gateway {
-    config: Arc<Config>,
-    /// The routes with their upstream handles.
-    targets: Arc<Targets>,
+    /// The routes with their upstream handles, the auth verifiers, the
+    /// settings: what a reload replaces (see [`crate::live`]).
+    live: ArcSwap<Live>,
+    /// One reload at a time.
+    reloading: tokio::sync::Mutex<()>,
+    /// The gateway's stop: the live generations' tasks are its children.
+    stop: CancellationToken,
     services: Arc<Services>,
     /// The cells (DESIGN §9).
     modern_legacy: Arc<modern_legacy::Bridge>,
@@ -48,33 +55,40 @@ pub struct Gateway {
     internal_limit: Arc<tokio::sync::Semaphore>,
     /// Request body bytes all requests may hold at once.
     body_budget: Arc<crate::body::Budget>,
+    /// Sized at start (a reload does not change them).
+    max_body_bytes: usize,
+    connections: Arc<ConnLimits>,
     /// Cluster mode: the internal listener's signature and replay checks.
     gate: Option<cluster::Gate>,
-    /// Who may call: the verifiers of the routes' policies.
-    auth: crate::auth::Auth,
 }
 
 impl Gateway {
     pub fn new(config: Config, shutdown: CancellationToken) -> Result<Gateway, String> {
         let mut registry = Registry::default();
         let metrics = Metrics::register(&mut registry);
-        let services = Arc::new(Services::new(&config, metrics.clone(), shutdown));
-        let targets = Arc::new(Targets::new(&config, &metrics));
+        let services = Arc::new(Services::new(&config, metrics.clone(), shutdown.clone()));
         let gate = config.cluster.as_ref().map(|c| cluster::Gate::new(c, metrics.internal_refused.clone()));
         let legacy_legacy = legacy_legacy::Bridge::new(&config, services.clone());
         let quota = legacy_legacy.session_quota();
+        let live = Live::new(config.clone(), &metrics, &shutdown)?;
+        for outcome in ["applied", "rejected"] {
+            metrics.config_reloads.get_or_create(&OutcomeOnlyLabels { outcome }).inc_by(0);
+        }
+        metrics.config_last_reload.set(crate::seal::unix_now() as i64);
         Ok(Gateway {
             gate,
-            auth: crate::auth::Auth::new(&config, metrics.clone())?,
             limit: Arc::new(tokio::sync::Semaphore::new(config.limits.max_concurrent_requests)),
             internal_limit: Arc::new(tokio::sync::Semaphore::new(config.limits.max_concurrent_requests)),
             body_budget: crate::body::Budget::new(config.limits.max_buffered_body_bytes),
+            max_body_bytes: config.limits.max_body_bytes,
+            connections: Arc::new(config.connections.clone()),
             modern_legacy: Arc::new(modern_legacy::Bridge::new(&config, services.clone())),
             legacy_legacy,
             modern_modern: modern_modern::Bridge::new(services.clone()),
             legacy_modern: Arc::new(legacy_modern::Bridge::new(&config, services.clone(), quota)),
-            config: Arc::new(config),
-            targets,
+            live: ArcSwap::from_pointee(live),
+            reloading: tokio::sync::Mutex::new(()),
+            stop: shutdown,
             services,
             metrics,
             registry,
@@ -82,8 +96,42 @@ impl Gateway {
         })
     }
 
-    pub fn auth(&self) -> &crate::auth::Auth {
-        &self.auth
+    /// The live configuration generation (a reload replaces it).
+    pub fn live(&self) -> Arc<Live> {
+        self.live.load_full()
+    }
+
+    /// Starts the first generation's tasks (health probes, rate-limit
+    /// sweeps, JWKS refreshes, first generation probes).
+    pub fn start(&self) {
+        self.live.load().start();
+    }
+
+    /// Replaces the live configuration with `config` (validated already),
+    /// or changes nothing and says why. See [`crate::live`].
+    pub async fn reload(&self, config: Config) -> Result<Reloaded, String> {
+        let _one = self.reloading.lock().await;
+        let current = self.live.load_full();
+        let outcome = live::prepare(&current, config, &self.metrics, &self.stop);
+        let (next, report) = match outcome {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                self.reload_failed();
+                return Err(e);
+            }
+        };
+        let next = Arc::new(next);
+        self.live.store(next.clone());
+        live::commit(&current, &next, &self.services.sealer);
+        self.metrics.config_reloads.get_or_create(&OutcomeOnlyLabels { outcome: "applied" }).inc();
+        self.metrics.config_restart_required.set(i64::from(!report.needs_restart.is_empty()));
+        self.metrics.config_last_reload.set(crate::seal::unix_now() as i64);
+        Ok(report)
+    }
+
+    /// Counts a reload that changed nothing (a bad file, a secret missing).
+    pub fn reload_failed(&self) {
+        self.metrics.config_reloads.get_or_create(&OutcomeOnlyLabels { outcome: "rejected" }).inc();
     }
 
     pub fn modern_legacy(&self) -> &Arc<modern_legacy::Bridge> {
@@ -120,12 +168,18 @@ impl Gateway {
             }
             "/readyz" => self.readiness(),
             "/metrics" => self.metrics_text(),
-            path if path.starts_with(crate::auth::METADATA_PATH) => crate::auth::metadata(&self.config, path)
-                .unwrap_or_else(|| reply::text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into())),
-            path => match self.targets.get(path).cloned() {
-                Some(target) => self.mcp(target, req).await,
-                None => reply::text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
-            },
+            path if path.starts_with(crate::auth::METADATA_PATH) => {
+                let host = request_host(&req).map(crate::config::request_host);
+                crate::auth::metadata(&self.live.load().config, host.as_deref(), path)
+                    .unwrap_or_else(|| reply::text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()))
+            }
+            path => {
+                let live = self.live.load_full();
+                match live.route(|| request_host(&req), path) {
+                    Some(found) => self.mcp(live, found, req).await,
+                    None => reply::text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
+                }
+            }
         };
         Ok(resp)
     }
@@ -134,8 +188,9 @@ impl Gateway {
     /// named, but does not take the replica's other routes out of service).
     fn readiness(&self) -> Response<Body> {
         let mut lines = String::from("ready\n");
-        for t in self.targets.all() {
-            let (path, name) = (&t.route.path, &t.route.upstream.name);
+        let live = self.live.load();
+        for t in live.targets.all() {
+            let (path, name) = (&t.route.id, &t.route.upstream.name);
             lines.push_str(&format!("{path} {name}: {}\n", t.detected.describe()));
             if t.instances().len() > 1 {
                 for i in t.instances() {
@@ -147,9 +202,9 @@ impl Gateway {
         reply::text(StatusCode::OK, "text/plain", lines)
     }
 
-    /// The routes and their upstreams.
-    pub fn targets(&self) -> &Arc<Targets> {
-        &self.targets
+    /// The routes and their upstreams, as they are now.
+    pub fn targets(&self) -> Arc<Targets> {
+        self.live.load().targets.clone()
     }
 
     fn metrics_text(&self) -> Response<Body> {
@@ -183,7 +238,7 @@ impl Gateway {
         started: Instant,
     ) -> Response<Body> {
         let upstream = target.detected.known().and_then(Result::ok).unwrap_or(Generation::Legacy);
-        self.services.count(&target.route.path, (client, upstream), "invalid", err.reason(), started);
+        self.services.count(&target.route.id, (client, upstream), "invalid", err.reason(), started);
         let mut resp = error_response(id, err);
         if err.status() == StatusCode::METHOD_NOT_ALLOWED {
             resp.headers_mut()
@@ -192,17 +247,18 @@ impl Gateway {
         resp
     }
 
-    async fn mcp(self: Arc<Self>, target: Arc<Target>, req: Request<Incoming>) -> Response<Body> {
+    async fn mcp(self: Arc<Self>, live: Arc<Live>, found: Found, req: Request<Incoming>) -> Response<Body> {
         let started = Instant::now();
+        let Found { target, retired } = found;
         let (parts, body) = req.into_parts();
         // GET and DELETE exist only in the session era: a legacy session's
         // stream and its end. Without a legacy marker they stay 405.
         let session_verb = parts.method == http::Method::GET || parts.method == http::Method::DELETE;
         let legacy_verb = session_verb && front::generation::by_headers(&parts.headers) == ByHeaders::Legacy;
         let checked = if legacy_verb {
-            crate::guard::check_origin(&self.config, parts.uri.authority(), &parts.headers)
+            crate::guard::check_origin(&live.config, parts.uri.authority(), &parts.headers)
         } else {
-            crate::guard::check(&self.config, &parts.method, parts.uri.authority(), &parts.headers)
+            crate::guard::check(&live.config, &parts.method, parts.uri.authority(), &parts.headers)
         };
         let client = if legacy_verb { Generation::Legacy } else { Generation::Modern };
         if let Err(e) = checked {
@@ -211,7 +267,7 @@ impl Gateway {
         // Who is calling, before anything is read or sent.
         let who = match &target.route.auth {
             None => crate::auth::anyone(&parts.headers),
-            Some(policy) => match self.auth.check(&target.route.path, policy, &parts.headers).await {
+            Some(policy) => match live.auth.check(&target.route.id, policy, &parts.headers).await {
                 Ok(who) => who,
                 Err(e) => {
                     let mut resp = self.reject_as(client, &target, None, &e, started);
@@ -230,6 +286,12 @@ impl Gateway {
             Arc::new(crate::authz::View::new(target.route.rules.clone(), who))
         });
         let principal = who.principal;
+        drop(live);
+        // A route removed by a reload serves only the retries of calls
+        // parked on it (checked once the call is parsed).
+        if retired && (legacy_verb || parts.method != http::Method::POST) {
+            return reply::text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into());
+        }
         if legacy_verb {
             return self.session_verb(&target, parts, principal, started).await;
         }
@@ -244,6 +306,9 @@ impl Gateway {
             Err(e) => return self.reject(&target, None, &e, started),
         };
         let generation = front::generation::of_post(&parts.headers, &body);
+        if retired && generation == Generation::Legacy {
+            return reply::text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into());
+        }
         if generation == Generation::Modern {
             self.count_stale_headers(&parts.headers);
         }
@@ -278,7 +343,7 @@ impl Gateway {
         };
         match Cell::of(generation, upstream, target.translates_legacy()) {
             cell @ (Cell::ModernLegacy | Cell::ModernModern) => {
-                self.dispatch(cell, target, caller, admission, started).await
+                self.dispatch(cell, Found { target, retired }, caller, admission, started).await
             }
             Cell::LegacyModern => self.translate(target, caller, admission, started).await,
             Cell::LegacyLegacy => {
@@ -322,7 +387,7 @@ impl Gateway {
                     Ok(resp) => {
                         let label = if get { "GET" } else { "DELETE" };
                         let cell = (Generation::Legacy, Generation::Modern);
-                        self.services.count(&target.route.path, cell, label, "ok", started);
+                        self.services.count(&target.route.id, cell, label, "ok", started);
                         resp
                     }
                     Err(e) => self.reject_as(Generation::Legacy, target, None, &e, started),
@@ -342,9 +407,8 @@ impl Gateway {
         body: Incoming,
         call: OwnedSemaphorePermit,
     ) -> Result<(Bytes, Admission), Error> {
-        let max = self.config.limits.max_body_bytes;
-        let (bytes, share) =
-            crate::body::read(body, max, &self.config.connections, &self.body_budget).await?;
+        let max = self.max_body_bytes;
+        let (bytes, share) = crate::body::read(body, max, &self.connections, &self.body_budget).await?;
         let call = Permits { _gateway: call, _upstream: None };
         Ok((bytes, Admission { _call: call, _body: Some(share) }))
     }
@@ -384,7 +448,8 @@ impl Gateway {
         if let Err(why) = gate.body_matches(&head, &body) {
             return Ok(gate.refuse(why));
         }
-        let Some(target) = self.targets.get(&head.route).cloned() else {
+        // A route removed by a reload still takes its parked calls' retries.
+        let Some(Found { target, .. }) = self.live.load().route_by_id(&head.route) else {
             return Ok(gate.refuse(cluster::Refused::UnknownRoute));
         };
         // A legacy client's answer to a question pushed on a stream here.
@@ -406,11 +471,12 @@ impl Gateway {
     async fn dispatch(
         self: Arc<Self>,
         cell: Cell,
-        target: Arc<Target>,
+        found: Found,
         caller: Caller,
         admission: Admission,
         started: Instant,
     ) -> Response<Body> {
+        let Found { target, retired } = found;
         let call = match front::parse(&caller.headers, &caller.body) {
             Ok(Message::Notification) => return reply::empty(StatusCode::ACCEPTED),
             Ok(Message::Call(call)) => *call,
@@ -428,6 +494,9 @@ impl Gateway {
         }
         let mut admission = admission;
         let resumes = cell == Cell::ModernLegacy && self.modern_legacy.resumes_parked(&target.route, &call);
+        if retired && !resumes {
+            return reply::text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into());
+        }
         match target.admit(&caller.principal, &[ask(resumes, &target, &call)]) {
             // A listen stream lasts as long as its client wants: it is
             // bounded by the stream places, not the upstream's slots.
@@ -456,7 +525,7 @@ impl Gateway {
         let (resp, outcome) = self.modern_modern.serve(&target, &call, caller, Box::new(permit)).await;
         drop(share);
         self.services.count(
-            &target.route.path,
+            &target.route.id,
             (Generation::Modern, Generation::Modern),
             call.method.as_str(),
             outcome,
@@ -491,7 +560,7 @@ impl Gateway {
             let outcome = gateway.modern_legacy.serve(&target, call, caller, reply).await;
             target.observed(outcome);
             gateway.services.count(
-                &target.route.path,
+                &target.route.id,
                 (Generation::Modern, Generation::Legacy),
                 method,
                 outcome,
@@ -519,7 +588,7 @@ impl Gateway {
             drop(caller);
             target.observed(outcome);
             let cell = (Generation::Legacy, Generation::Modern);
-            gateway.services.count(&target.route.path, cell, label, outcome, started);
+            gateway.services.count(&target.route.id, cell, label, outcome, started);
             drop(admission);
         });
         answer_of(work, answer).await
@@ -602,7 +671,7 @@ pub async fn serve(
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let limits = Arc::new(gateway.config.connections.clone());
+    let limits = gateway.connections.clone();
     let builder = crate::conn::builder(&limits);
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let (at_cap, accept_failed) = (RateLimitedLog::new(LOG_INTERVAL), RateLimitedLog::new(LOG_INTERVAL));
@@ -761,4 +830,13 @@ impl Drop for Inline {
             }
         }
     }
+}
+
+/// The host a request names: its URI's authority (HTTP/2, absolute form)
+/// or its `Host` header.
+fn request_host(req: &Request<Incoming>) -> Option<&str> {
+    req.uri()
+        .authority()
+        .map(http::uri::Authority::as_str)
+        .or_else(|| req.headers().get(http::header::HOST).and_then(|v| v.to_str().ok()))
 }

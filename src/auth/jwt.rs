@@ -96,6 +96,11 @@ struct Claims {
 }
 
 impl Verifier {
+    /// The policy it verifies for.
+    pub fn policy(&self) -> &JwtPolicy {
+        &self.policy
+    }
+
     /// A verifier for `policy`; a JWKS file is read now (the config check
     /// read it already), a URL on first need.
     pub fn new(policy: JwtPolicy, hs256_secret: Option<Vec<u8>>) -> Result<Verifier, String> {

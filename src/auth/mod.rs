@@ -20,7 +20,7 @@ use std::sync::Arc;
 use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use serde_json::json;
 
-use crate::config::{AuthKind, AuthPolicy, Config};
+use crate::config::{AuthKind, AuthPolicy, Config, JwksSource};
 use crate::error::Error;
 use crate::metrics::{Metrics, ReasonLabels};
 use crate::reply::{self, Body};
@@ -45,13 +45,22 @@ pub struct Auth {
 }
 
 impl Auth {
-    /// Builds the verifiers; an HS256 secret is read now.
-    pub fn new(config: &Config, metrics: Metrics) -> Result<Auth, String> {
+    /// Builds the verifiers; an HS256 secret and a JWKS file are read now.
+    /// On a reload (`previous`), a policy that fetches its keys from a URL
+    /// and did not change keeps its verifier: its keys and verified tokens.
+    pub fn new(config: &Config, metrics: Metrics, previous: Option<&Auth>) -> Result<Auth, String> {
         let mut verifiers = HashMap::new();
         for route in &config.routes {
             let Some(policy) = &route.auth else { continue };
             let AuthKind::Jwt(j) = &policy.kind else { continue };
             if verifiers.contains_key(&policy.name) {
+                continue;
+            }
+            let kept = previous.and_then(|p| p.jwt.get(&policy.name)).filter(|v| {
+                v.policy() == j && j.hs256_secret.is_none() && matches!(j.jwks, Some(JwksSource::Url(_)))
+            });
+            if let Some(kept) = kept {
+                verifiers.insert(policy.name.clone(), kept.clone());
                 continue;
             }
             let secret = match &j.hs256_secret {
@@ -177,13 +186,16 @@ pub fn metadata_url(policy: &AuthPolicy) -> Option<String> {
 }
 
 /// The metadata document answering `path` (`/.well-known/oauth-protected-resource`
-/// followed by a route's path, or alone when one route is protected).
-pub fn metadata(config: &Config, path: &str) -> Option<Response<Body>> {
+/// followed by a route's path, or alone when one route is protected) on
+/// `host` (the request's, as routes name hosts).
+pub fn metadata(config: &Config, host: Option<&str>, path: &str) -> Option<Response<Body>> {
     let suffix = path.strip_prefix(METADATA_PATH)?;
     // Only a policy that names its resource has metadata (RFC 9728: `resource` is required).
+    // A route naming another host is not this host's.
     let protected: Vec<_> = config
         .routes
         .iter()
+        .filter(|r| r.host.is_none() || r.host.as_deref() == host)
         .filter_map(|r| Some((r, r.auth.as_ref().filter(|p| p.resource.is_some())?)))
         .collect();
     let (_, policy) = match suffix {

@@ -23,13 +23,13 @@ use crate::upstream::Transport;
 pub struct Target {
     pub route: Arc<Route>,
     /// One client per instance, in the configured order (at least one).
-    instances: Vec<Transport>,
+    instances: Arc<[Transport]>,
     /// Round-robin position over the instances.
     next: AtomicUsize,
     /// What the upstream speaks (configured, or found by probing).
-    pub detected: Detected,
+    pub detected: Arc<Detected>,
     /// The route's rate limits.
-    limits: RateLimits,
+    limits: Arc<RateLimits>,
     /// The upstream's `max_concurrent_requests` (shared by its routes).
     slots: Option<Arc<Semaphore>>,
     /// `sessionless_upstream_busy_total` for this route.
@@ -146,7 +146,7 @@ impl Target {
         let open = self.breaker_open();
         if self.breaker_was_open.swap(open, Ordering::AcqRel) != open {
             self.breaker.set(i64::from(open));
-            let (route, upstream) = (&self.route.path, &self.route.upstream.name);
+            let (route, upstream) = (&self.route.id, &self.route.upstream.name);
             if open {
                 tracing::warn!(%route, %upstream, "every upstream instance is down: new work refused (503)");
             } else {
@@ -194,12 +194,28 @@ pub struct Targets(Vec<Arc<Target>>);
 
 impl Targets {
     pub fn new(config: &Config, metrics: &Metrics) -> Targets {
+        Targets::carry(config, metrics, None)
+    }
+
+    /// The routing table of `config` (a reload), carrying over from `old`
+    /// what each route of the same id and the same upstream settings
+    /// already has: its instances (their health marks and connections),
+    /// what the upstream speaks, its upstream slots, and its rate limits'
+    /// state when they are unchanged. Everything else starts afresh.
+    pub fn carry(config: &Config, metrics: &Metrics, old: Option<&Targets>) -> Targets {
         let max = config.limits.max_upstream_response_bytes;
-        // One set of slots per upstream, whichever routes use it.
+        let olds = || old.into_iter().flat_map(Targets::all);
+        // One set of slots per upstream, whichever routes use it; the old
+        // set while the limit is the same (its permits are in use).
         let mut slots: HashMap<&str, Arc<Semaphore>> = HashMap::new();
         for u in config.routes.iter().map(|r| &r.upstream) {
             if let Some(n) = u.max_concurrent_requests {
-                slots.entry(&u.name).or_insert_with(|| Arc::new(Semaphore::new(n)));
+                let kept = olds()
+                    .find(|t| {
+                        t.route.upstream.name == u.name && t.route.upstream.max_concurrent_requests == Some(n)
+                    })
+                    .and_then(|t| t.slots.clone());
+                slots.entry(&u.name).or_insert_with(|| kept.unwrap_or_else(|| Arc::new(Semaphore::new(n))));
             }
         }
         Targets(
@@ -207,34 +223,62 @@ impl Targets {
                 .routes
                 .iter()
                 .map(|r| {
-                    let instances = r
-                        .upstream
-                        .urls
-                        .iter()
-                        .map(|url| Transport::new(r.upstream.clone(), url, max, metrics, &r.path))
-                        .collect();
+                    let same = olds().find(|t| t.route.id == r.id && t.route.upstream == r.upstream);
+                    let instances = match same {
+                        Some(t) => t.instances.clone(),
+                        None => r
+                            .upstream
+                            .urls
+                            .iter()
+                            .map(|url| Transport::new(r.upstream.clone(), url, max, metrics, &r.id))
+                            .collect(),
+                    };
                     let labels =
-                        RouteUpstreamLabels { route: r.path.clone(), upstream: r.upstream.name.clone() };
+                        RouteUpstreamLabels { route: r.id.clone(), upstream: r.upstream.name.clone() };
                     let breaker = metrics.upstream_breaker_open.get_or_create(&labels).clone();
-                    breaker.set(0);
+                    let was_open = same.is_some_and(|t| t.breaker_was_open.load(Ordering::Acquire));
+                    breaker.set(i64::from(was_open));
+                    let limits = same
+                        .filter(|t| {
+                            t.route.rate_limit == r.rate_limit
+                                && t.route.tool_rate_limits == r.tool_rate_limits
+                        })
+                        .map(|t| t.limits.clone());
                     Arc::new(Target {
                         route: r.clone(),
                         instances,
                         next: AtomicUsize::new(0),
-                        detected: Detected::new(r.upstream.generation, metrics.clone(), r),
-                        limits: RateLimits::new(r, config.limits.max_rate_limit_keys, metrics),
+                        detected: same.map(|t| t.detected.clone()).unwrap_or_else(|| {
+                            Arc::new(Detected::new(r.upstream.generation, metrics.clone(), r))
+                        }),
+                        limits: limits.unwrap_or_else(|| {
+                            Arc::new(RateLimits::new(r, config.limits.max_rate_limit_keys, metrics))
+                        }),
                         slots: slots.get(r.upstream.name.as_str()).cloned(),
                         busy: metrics.upstream_busy.get_or_create(&labels).clone(),
                         breaker,
-                        breaker_was_open: AtomicBool::new(false),
+                        breaker_was_open: AtomicBool::new(was_open),
                     })
                 })
                 .collect(),
         )
     }
 
-    pub fn get(&self, path: &str) -> Option<&Arc<Target>> {
-        self.0.iter().find(|t| t.route.path == path)
+    /// The target serving `path` on `host` (the request's host, as
+    /// [`crate::config::request_host`] gives it; only needed when
+    /// [`Targets::by_host`]).
+    pub fn get(&self, host: Option<&str>, path: &str) -> Option<&Arc<Target>> {
+        crate::config::route_for(&self.0, host, path, |t| &t.route)
+    }
+
+    /// The target whose route is `id` (as sealed or forwarded).
+    pub fn by_id(&self, id: &str) -> Option<&Arc<Target>> {
+        self.0.iter().find(|t| t.route.id == id)
+    }
+
+    /// Whether some route names a host (then lookups need the request's).
+    pub fn by_host(&self) -> bool {
+        self.0.iter().any(|t| t.route.host.is_some())
     }
 
     pub fn all(&self) -> impl Iterator<Item = &Arc<Target>> {
@@ -330,7 +374,7 @@ impl Detected {
             probing: tokio::sync::Mutex::new(None),
             refused: Mutex::new((Vec::new(), None)),
             metrics,
-            route: route.path.clone(),
+            route: route.id.clone(),
             upstream: route.upstream.name.clone(),
         };
         d.export(state);

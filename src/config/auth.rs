@@ -49,7 +49,7 @@ pub struct RawAuth {
 }
 
 /// A named authentication policy.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuthPolicy {
     pub name: String,
     pub kind: AuthKind,
@@ -60,7 +60,7 @@ pub struct AuthPolicy {
     pub required_scopes: Vec<String>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AuthKind {
     /// Anyone: the principal is a digest of whatever bearer token comes.
     None,
@@ -68,7 +68,7 @@ pub enum AuthKind {
     Jwt(JwtPolicy),
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JwtPolicy {
     pub issuer: String,
     pub audience: String,
@@ -79,13 +79,13 @@ pub struct JwtPolicy {
     pub leeway: Duration,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JwksSource {
     File(PathBuf),
     Url(Uri),
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SecretSource {
     Env(String),
     File(PathBuf),

@@ -42,7 +42,7 @@ pub struct Config {
 
 /// Legacy (2025 session) clients: their session tokens and how fast they
 /// may open sessions.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LegacyClients {
     pub session_ttl: Duration,
     pub max_new_sessions_per_minute: u32,
@@ -97,7 +97,7 @@ pub enum Continuity {
     Replay,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Upstream {
     pub name: String,
     /// Its instances (at least one): the endpoint URL of each, distinct.
@@ -150,9 +150,16 @@ impl CacheScope {
 }
 
 /// A resolved route: passed down the request path instead of config look-ups.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Route {
+    /// The request path it serves.
     pub path: String,
+    /// The host it serves (lowercase, no port); `None`: any host that no
+    /// other route of the same path names.
+    pub host: Option<String>,
+    /// Who the route is, in metrics, logs, caches and everything sealed:
+    /// its path, or its host and path.
+    pub id: String,
     pub upstream: Upstream,
     pub ttl_ms: u64,
     pub cache_scope: CacheScope,
@@ -186,7 +193,7 @@ pub struct RateLimit {
     pub burst: std::num::NonZeroU32,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolConfig {
     pub max_sessions: usize,
     pub idle_timeout: Duration,
@@ -194,7 +201,7 @@ pub struct PoolConfig {
 
 /// What one client connection may cost: time to send a request, idle time,
 /// header and h2 sizes, and how many connections there may be.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnLimits {
     pub header_read_timeout: Duration,
     pub body_timeout: Duration,
@@ -209,7 +216,7 @@ pub struct ConnLimits {
     pub h2_max_body_bytes_in_flight: u32,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     pub max_body_bytes: usize,
     pub max_upstream_response_bytes: usize,
@@ -226,7 +233,7 @@ pub struct Limits {
 }
 
 /// A sealing key; its bytes never appear in `Debug`.
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct SealKey {
     pub id: String,
     pub bytes: [u8; 32],
@@ -289,9 +296,59 @@ impl Config {
         validate(raw, text)
     }
 
-    pub fn route_for(&self, path: &str) -> Option<&Arc<Route>> {
-        self.routes.iter().find(|r| r.path == path)
+    /// The route serving `path` for a request to `host` (see [`Route::serves`]).
+    pub fn route_for(&self, host: Option<&str>, path: &str) -> Option<&Arc<Route>> {
+        route_for(&self.routes, host, path, |r| r)
     }
+}
+
+/// Of `items`, the one whose route serves `path` on `host`: a route naming
+/// the host wins over one naming none.
+pub fn route_for<'a, T>(
+    items: &'a [T],
+    host: Option<&str>,
+    path: &str,
+    route: impl Fn(&T) -> &Route,
+) -> Option<&'a T> {
+    let mut fallback = None;
+    for item in items {
+        let r = route(item);
+        if r.path != path {
+            continue;
+        }
+        match (&r.host, host) {
+            (None, _) => fallback = fallback.or(Some(item)),
+            (Some(want), Some(got)) if want == got => return Some(item),
+            _ => {}
+        }
+    }
+    fallback
+}
+
+/// A request's host as routes name it: the authority's host, lowercase,
+/// without the port.
+pub fn request_host(authority: &str) -> String {
+    let host = match authority.rfind(':') {
+        // `[::1]:8080` or `host:8080`; a bare IPv6 literal has its `]` last.
+        Some(i) if !authority[i..].contains(']') => &authority[..i],
+        _ => authority,
+    };
+    host.to_ascii_lowercase()
+}
+
+/// A route's `host`: a DNS name or an IP literal, no scheme, port or path.
+fn route_host(h: &str, text: &str) -> Result<String, ConfigError> {
+    let ok = !h.is_empty()
+        && h.len() <= 253
+        && h.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'[' | b']' | b':'))
+        && (h.starts_with('[') || !h.contains(':'));
+    if !ok {
+        return Err(ConfigError(format!(
+            "{}invalid route host `{h}` (a host name without scheme, port or path)",
+            at(text, "host")
+        )));
+    }
+    Ok(h.to_ascii_lowercase())
 }
 
 fn ms(v: Option<u64>, default: u64) -> Duration {
@@ -322,8 +379,8 @@ fn validate(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
         routes.push(Arc::new(route(r, &upstreams, &policies, text)?));
     }
     for (i, r) in routes.iter().enumerate() {
-        if routes[..i].iter().any(|o| o.path == r.path) {
-            return Err(ConfigError(format!("{}duplicate route path `{}`", at(text, &r.path), r.path)));
+        if routes[..i].iter().any(|o| o.id == r.id) {
+            return Err(ConfigError(format!("{}duplicate route `{}`", at(text, &r.path), r.id)));
         }
     }
     let connections = conn_limits(&raw.server, &raw.limits, text)?;
@@ -552,9 +609,7 @@ fn route(
     policies: &[Arc<AuthPolicy>],
     text: &str,
 ) -> Result<Route, ConfigError> {
-    if r.host.is_some() {
-        return Err(not_yet(text, "routes.host"));
-    }
+    let host = r.host.as_deref().map(|h| route_host(h, text)).transpose()?;
     if r.tool_prefix.is_some() {
         return Err(not_yet(text, "routes.tool_prefix"));
     }
@@ -601,6 +656,11 @@ fn route(
         )));
     }
     Ok(Route {
+        id: match &host {
+            Some(h) => format!("{h}{}", r.path),
+            None => r.path.clone(),
+        },
+        host,
         path: r.path.clone(),
         upstream: upstream.clone(),
         auth: auth.clone().filter(|p| !matches!(p.kind, AuthKind::None)),

@@ -18,7 +18,7 @@ cache_scope = "public"
 fn a_small_file_is_fully_defaulted() {
     let c = Config::from_toml(GOOD).unwrap();
     assert_eq!(c.listen.port(), 9999);
-    let r = c.route_for("/mcp").unwrap();
+    let r = c.route_for(None, "/mcp").unwrap();
     assert_eq!(r.cache_scope, CacheScope::Public);
     assert_eq!(r.upstream.protocol_version, "2025-11-25");
     assert_eq!(c.limits.max_body_bytes, 4 << 20);

@@ -76,6 +76,26 @@ impl Gateway {
         Gateway { running: Some(running), client: client::http_client() }
     }
 
+    /// Started from a routing file (listening on 127.0.0.1:0 whatever it
+    /// says), reloaded when asked ([`Gateway::reload`]) and, with `watch`,
+    /// when it changes; upstream generations are as the file says.
+    pub async fn from_file(path: &std::path::Path, watch: bool) -> Gateway {
+        let listen = Some("127.0.0.1:0".parse().unwrap());
+        let source = sessionless::reload::Source { path: path.to_path_buf(), listen, watch };
+        let running = sessionless::run_from(source).await.expect("gateway starts");
+        Gateway { running: Some(running), client: client::http_client() }
+    }
+
+    /// Reads its routing file again (as `SIGHUP` does).
+    pub async fn reload(&self) -> Result<sessionless::live::Reloaded, String> {
+        self.running.as_ref().unwrap().reload().await
+    }
+
+    /// A modern request to `path`.
+    pub fn request_to(&self, path: &str, method: &str) -> ModernRequest {
+        ModernRequest::new(self.client.clone(), self.url(path), method)
+    }
+
     pub fn url(&self, path: &str) -> String {
         self.running.as_ref().unwrap().url(path)
     }

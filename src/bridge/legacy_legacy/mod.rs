@@ -273,7 +273,7 @@ impl Bridge {
             }
         };
         target.observed(outcome);
-        self.services.count(&target.route.path, (Generation::Legacy, upstream), label, outcome, started);
+        self.services.count(&target.route.id, (Generation::Legacy, upstream), label, outcome, started);
         resp
     }
 
@@ -300,7 +300,7 @@ impl Bridge {
         };
         let label = if get { "GET" } else { "DELETE" };
         target.observed(outcome);
-        self.services.count(&target.route.path, (Generation::Legacy, upstream), label, outcome, started);
+        self.services.count(&target.route.id, (Generation::Legacy, upstream), label, outcome, started);
         resp
     }
 
@@ -343,7 +343,7 @@ impl Bridge {
                 }
             },
         };
-        let place = self.services.stream_place(&target.route.path, &caller.principal)?;
+        let place = self.services.stream_place(&target.route.id, &caller.principal)?;
         let resp = match last {
             Some(last) => {
                 let extra = [("accept", "text/event-stream"), ("last-event-id", last)];
@@ -393,7 +393,7 @@ impl Bridge {
             version: Option<std::borrow::Cow<'a, str>>,
         }
         let requested = serde_json::from_slice::<Init<'_>>(&caller.body).ok().and_then(|i| i.params?.version);
-        self.quota.admit_counted(&caller.principal, &target.route.path, &self.services.metrics)?;
+        self.quota.admit_counted(&caller.principal, &target.route.id, &self.services.metrics)?;
         let wire = SessionWire { id: None, version: client_version(&caller.headers) };
         let (resp, upstream) = self.post_new(target, &wire, caller).await?;
         // From here on, a session the upstream minted is ended on every
@@ -439,7 +439,7 @@ impl Bridge {
         let upstream_session = minted;
         let now = crate::seal::unix_now();
         let claims = Claims {
-            r: target.route.path.clone(),
+            r: target.route.id.clone(),
             i: upstream.instance().to_string(),
             u: upstream_session,
             v: version,
@@ -454,7 +454,7 @@ impl Bridge {
             .metrics
             .legacy_sessions_opened
             .get_or_create(&OpenedLabels {
-                route: target.route.path.clone(),
+                route: target.route.id.clone(),
                 requested: version_label(requested.as_deref()),
             })
             .inc();
@@ -634,7 +634,7 @@ impl Bridge {
     /// the session, or why it is refused (404).
     fn session<'t>(&self, target: &'t Target, caller: &Caller) -> Result<(Claims, &'t Transport), Error> {
         let claims =
-            token::of_request(&self.services.sealer, &caller.headers, &target.route.path, &caller.principal)
+            token::of_request(&self.services.sealer, &caller.headers, &target.route.id, &caller.principal)
                 .map_err(|why| self.reject(target, why))?;
         if claims.t.is_some() {
             return Err(self.reject(target, Rejected::OtherCell));
@@ -663,7 +663,7 @@ impl Bridge {
     }
 
     fn count_rejected(&self, target: &Target, reason: &'static str) {
-        let labels = ReasonLabels { route: target.route.path.clone(), reason };
+        let labels = ReasonLabels { route: target.route.id.clone(), reason };
         self.services.metrics.session_tokens_rejected.get_or_create(&labels).inc();
     }
 

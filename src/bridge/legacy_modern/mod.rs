@@ -181,7 +181,7 @@ impl Bridge {
             // Nothing the upstream would announce.
             return Err(Error::MethodNotAllowed);
         }
-        let place = self.services.stream_place(&target.route.path, &caller.principal)?;
+        let place = self.services.stream_place(&target.route.id, &caller.principal)?;
         let translated = claims.t.as_ref().expect("a translated session");
         let params = json!({"_meta": {
             "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
@@ -216,7 +216,7 @@ impl Bridge {
         if !caller.headers.contains_key(&crate::front::headers::SESSION_ID) {
             return Err(Error::SessionRequired);
         }
-        let route = &target.route.path;
+        let route = &target.route.id;
         let claims = token::of_request(&self.services.sealer, &caller.headers, route, &caller.principal)
             .and_then(|c| if c.t.is_some() { Ok(c) } else { Err(Rejected::OtherCell) })
             .map_err(|why| {
@@ -236,7 +236,7 @@ impl Bridge {
         let msg: Value = serde_json::from_slice(&caller.body).map_err(|_| Error::Parse)?;
         let params = msg.get("params").and_then(Value::as_object).cloned().unwrap_or_default();
         let requested = params.get("protocolVersion").and_then(Value::as_str);
-        self.quota.admit_counted(&caller.principal, &target.route.path, &self.services.metrics)?;
+        self.quota.admit_counted(&caller.principal, &target.route.id, &self.services.metrics)?;
         let discover = self.discover(target).await?;
         let version = requested.filter(|v| LEGACY_VERSIONS.contains(v)).unwrap_or(LEGACY_VERSIONS[0]);
         let translated = Translated {
@@ -245,7 +245,7 @@ impl Bridge {
         };
         let now = crate::seal::unix_now();
         let claims = Claims {
-            r: target.route.path.clone(),
+            r: target.route.id.clone(),
             // No upstream session, so no instance: each call goes to any.
             i: String::new(),
             u: None,
@@ -258,7 +258,7 @@ impl Bridge {
         let token = token::issue(&self.services.sealer, &claims);
         let token = HeaderValue::from_str(&token).expect("base64url is a valid header value");
         let result = initialize_result(&discover, version);
-        let labels = OpenedLabels { route: target.route.path.clone(), requested: version_label(requested) };
+        let labels = OpenedLabels { route: target.route.id.clone(), requested: version_label(requested) };
         self.services.metrics.legacy_sessions_opened.get_or_create(&labels).inc();
         let id = msg.get("id").cloned().unwrap_or(Value::Null);
         let mut resp =
@@ -270,7 +270,7 @@ impl Bridge {
     /// The upstream's discover result, cached per route for `discover_ttl_ms`.
     async fn discover<'t>(&self, target: &'t Target) -> Result<Arc<Value>, Error> {
         let route = &target.route;
-        if let Some(hit) = self.discover.get(&route.path).filter(|e| e.0.elapsed() < route.discover_ttl) {
+        if let Some(hit) = self.discover.get(&route.id).filter(|e| e.0.elapsed() < route.discover_ttl) {
             return Ok(hit.1.clone());
         }
         let meta = json!({
@@ -292,7 +292,7 @@ impl Bridge {
         let result = msg.get("result").filter(|r| r.is_object()).ok_or(Error::UpstreamInvalid("discover"))?;
         let result = Arc::new(result.clone());
         if self.discover.len() < 1024 {
-            self.discover.insert(route.path.clone(), (Instant::now(), result.clone()));
+            self.discover.insert(route.id.clone(), (Instant::now(), result.clone()));
         }
         Ok(result)
     }
@@ -417,7 +417,7 @@ impl Bridge {
                     if let Some(Value::Array(tools)) = result.get("tools") {
                         tool_headers::annotations(tools, &mut map);
                     }
-                    self.tool_headers.remember(&route.path, ANY_CALLER, Arc::new(map));
+                    self.tool_headers.remember(&route.id, ANY_CALLER, Arc::new(map));
                 }
                 if let Some(view) = &caller.access {
                     view.filter(method, &mut result);
@@ -459,7 +459,7 @@ impl Bridge {
         tool: &str,
         params: &Map<String, Value>,
     ) -> Vec<(String, String)> {
-        let route = &target.route.path;
+        let route = &target.route.id;
         let tools = match self.tool_headers.cached(route, ANY_CALLER) {
             Some(tools) => tools,
             None => match self.list_tools(target).await {
@@ -519,7 +519,7 @@ impl Bridge {
         requests: &Map<String, Value>,
         reply: &mut Reply,
     ) -> Result<Map<String, Value>, Stop> {
-        let route = &target.route.path;
+        let route = &target.route.id;
         let translated = claims.t.as_ref().expect("a translated session");
         let version = claims.v.as_deref().unwrap_or(LEGACY_VERSIONS[0]);
         for request in requests.values() {
@@ -640,7 +640,7 @@ impl Bridge {
             return;
         };
         let forwarded = cluster
-            .forward(owner, &target.route.path, &caller.principal, &caller.headers, caller.body.clone())
+            .forward(owner, &target.route.id, &caller.principal, &caller.headers, caller.body.clone())
             .await;
         self.count_forwarded(target, if forwarded.is_ok() { "forwarded" } else { "owner_gone" });
     }
@@ -665,7 +665,7 @@ impl Bridge {
             error: Option<Value>,
         }
         let resp: Response = serde_json::from_slice(body).ok()?;
-        let q = question::open(&self.services.sealer, &resp.id, &target.route.path, principal)?;
+        let q = question::open(&self.services.sealer, &resp.id, &target.route.id, principal)?;
         let outcome = match (resp.result, resp.error) {
             (Some(result), None) => Ok(result),
             (None, Some(error)) => Err(error),
@@ -681,7 +681,7 @@ impl Bridge {
     }
 
     fn count_forwarded(&self, target: &Target, outcome: &'static str) {
-        let labels = ReasonLabels { route: target.route.path.clone(), reason: outcome };
+        let labels = ReasonLabels { route: target.route.id.clone(), reason: outcome };
         self.services.metrics.answers_routed.get_or_create(&labels).inc();
     }
 }

@@ -13,7 +13,7 @@ use crate::seal::Sealer;
 use crate::upstream::transport::SessionWire;
 
 fn aad(route: &Route, call: &Call, caller: &Caller) -> Vec<u8> {
-    format!("cursor\0{}\0{}\0{}", route.path, caller.principal, call.method.as_str()).into_bytes()
+    format!("cursor\0{}\0{}\0{}", route.id, caller.principal, call.method.as_str()).into_bytes()
 }
 
 pub fn seal(

@@ -116,7 +116,7 @@ impl Bridge {
         self.services
             .metrics
             .request_state_rejected
-            .get_or_create(&ReasonLabels { route: cx.route.path.clone(), reason: why.reason() })
+            .get_or_create(&ReasonLabels { route: cx.route.id.clone(), reason: why.reason() })
             .inc();
         why.error()
     }
@@ -150,7 +150,7 @@ impl Bridge {
         }
         let digest = state::params_digest(&cx.call.params);
         let expect = state::Expect {
-            route: &cx.route.path,
+            route: &cx.route.id,
             method: cx.call.method.as_str(),
             principal: &cx.caller.principal,
             name: cx.call.name.as_deref(),
@@ -192,7 +192,7 @@ impl Bridge {
         let Some(Value::String(blob)) = call.params.get("requestState") else {
             return false;
         };
-        state::peek(&self.services.sealer, blob, &route.path, call.method.as_str())
+        state::peek(&self.services.sealer, blob, &route.id, call.method.as_str())
             .is_ok_and(|st| !st.re && st.ans.is_none())
     }
 
@@ -203,7 +203,7 @@ impl Bridge {
         if !call.method.allows_input() {
             return Err(Refused::NotARetry);
         }
-        let st = state::peek(&self.services.sealer, blob, &route.path, call.method.as_str())
+        let st = state::peek(&self.services.sealer, blob, &route.id, call.method.as_str())
             .map_err(|_| Refused::NotARetry)?;
         if st.re || st.ans.is_some() {
             return Err(Refused::NotARetry);
@@ -259,7 +259,7 @@ impl Bridge {
         if let (Some(owner), Some(cluster), false) = (&st.oa, &self.services.cluster, cx.caller.forwarded) {
             let forward = cluster.forward(
                 owner,
-                &cx.route.path,
+                &cx.route.id,
                 &cx.caller.principal,
                 &cx.caller.headers,
                 cx.caller.body.clone(),
@@ -403,7 +403,7 @@ impl Bridge {
         self.services
             .metrics
             .quota_exceeded
-            .get_or_create(&QuotaLabels { route: cx.route.path.clone(), quota })
+            .get_or_create(&QuotaLabels { route: cx.route.id.clone(), quota })
             .inc();
     }
 
@@ -473,7 +473,7 @@ impl Bridge {
     fn new_state(&self, cx: Ctx<'_>, flow: &ParkedFlow, id: String, ttl: Duration) -> state::FlowState {
         let now = state::now_ms();
         state::FlowState {
-            r: cx.route.path.clone(),
+            r: cx.route.id.clone(),
             i: flow.session.transport.instance().to_string(),
             sid: flow.wire.id.clone(),
             ver: flow.wire.version.clone(),
@@ -500,7 +500,7 @@ impl Bridge {
             .metrics
             .mrtr_rounds
             .get_or_create(&MethodLabels {
-                route: cx.route.path.clone(),
+                route: cx.route.id.clone(),
                 method: cx.call.method.as_str().into(),
             })
             .inc();
@@ -555,7 +555,7 @@ impl Bridge {
         }
         let now = state::now_ms();
         let st = state::FlowState {
-            r: cx.route.path.clone(),
+            r: cx.route.id.clone(),
             i: String::new(),
             sid: None,
             ver: None,

@@ -129,7 +129,7 @@ impl Seals {
     /// Whether `blob` opens as this request's `requestState`.
     pub fn open_state(&self, blob: &str) -> bool {
         let expect = Expect {
-            route: &self.route.path,
+            route: &self.route.id,
             method: self.call.method.as_str(),
             principal: &self.caller.principal,
             name: self.call.name.as_deref(),
@@ -152,7 +152,7 @@ impl Seals {
 
     fn session_claims(&self) -> crate::bridge::legacy_legacy::token::Claims {
         crate::bridge::legacy_legacy::token::Claims {
-            r: self.route.path.clone(),
+            r: self.route.id.clone(),
             i: self.route.upstream.urls[0].to_string(),
             u: Some("s".into()),
             v: Some("2025-11-25".into()),

@@ -125,7 +125,7 @@ impl Bridge {
             Ok(f) => f,
             Err(e) => return fail(reply, call, e).await,
         };
-        let _place = match self.services.stream_place(&route.path, &caller.principal) {
+        let _place = match self.services.stream_place(&route.id, &caller.principal) {
             Ok(place) => place,
             Err(e) => return fail(reply, call, e).await,
         };
@@ -135,7 +135,7 @@ impl Bridge {
             Err(e) => return fail(reply, call, e).await,
         };
         let gauge =
-            self.services.metrics.listen_streams_open.get_or_create(&Metrics::route(&route.path)).clone();
+            self.services.metrics.listen_streams_open.get_or_create(&Metrics::route(&route.id)).clone();
         gauge.inc();
         let outcome = self.run_listen(route, call, &session, filter, &mut reply).await;
         gauge.dec();

@@ -94,7 +94,7 @@ impl Bridge {
 
     fn key(route: &Route, call: &Call, caller: &Caller, instance: &Transport) -> PoolKey {
         PoolKey {
-            route: route.path.clone(),
+            route: route.id.clone(),
             instance: instance.instance().to_string(),
             principal: caller.principal.clone(),
             capabilities: legacy_capabilities(&call.meta.capabilities),
@@ -146,7 +146,7 @@ impl Bridge {
 
     async fn discover(&self, target: &Target, call: &Call, caller: &Caller) -> Done {
         let route = &*target.route;
-        let cache_key = (route.path.clone(), legacy_capabilities(&call.meta.capabilities));
+        let cache_key = (route.id.clone(), legacy_capabilities(&call.meta.capabilities));
         let cached =
             self.discover.get(&cache_key).filter(|e| e.0.elapsed() < route.discover_ttl).map(|e| e.1.clone());
         let init = match cached {
@@ -294,7 +294,7 @@ impl Bridge {
                     self.services
                         .metrics
                         .sessions_reinitialized
-                        .get_or_create(&Metrics::route(&route.path))
+                        .get_or_create(&Metrics::route(&route.id))
                         .inc();
                     (session, exclusive) = self.session_for(transport, &session.key, call).await?;
                 }

@@ -151,7 +151,7 @@ impl Bridge {
         let binding = Binding {
             sealer: self.services.sealer.clone(),
             principal,
-            route: target.route.path.clone(),
+            route: target.route.id.clone(),
             method: call.method.as_str(),
             name: call.name.clone(),
             instance: String::new(),
@@ -203,7 +203,7 @@ impl Bridge {
         // per principal) and has no deadline; it ends when this replica drains.
         let listen = call.method == crate::front::Method::SubscriptionsListen;
         let place = match listen {
-            true => Some(self.services.stream_place(&target.route.path, &binding.principal)?),
+            true => Some(self.services.stream_place(&target.route.id, &binding.principal)?),
             false => None,
         };
         // Not sent: safe to send once more (to the next instance if this
@@ -277,7 +277,7 @@ impl Bridge {
     }
 
     fn rejected(&self, target: &Target, why: Rejected) -> Error {
-        let labels = ReasonLabels { route: target.route.path.clone(), reason: why.reason() };
+        let labels = ReasonLabels { route: target.route.id.clone(), reason: why.reason() };
         self.services.metrics.request_state_rejected.get_or_create(&labels).inc();
         why.error()
     }
