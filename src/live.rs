@@ -5,8 +5,9 @@
 //! A reload parses and validates the new file, builds the next [`Live`]
 //! beside the current one (carrying over each unchanged upstream's
 //! instances, probed generation and rate limits), then swaps it in with one
-//! atomic store. A request holds the `Live` it started with until it ends,
-//! so in-flight requests and parked flows are untouched. A route the new
+//! atomic store. A request keeps the route it was given (its upstream
+//! handles included) until it ends, so in-flight requests and parked flows
+//! are untouched. A route the new
 //! file removes stays reachable for the retries of calls parked on it, for
 //! as long as a parked flow may live, and for nothing else.
 //!
@@ -78,6 +79,9 @@ impl Live {
         let host = if self.by_host { host().map(crate::config::request_host) } else { None };
         if let Some(target) = self.targets.get(host.as_deref(), path) {
             return Some(Found { target: target.clone(), retired: false });
+        }
+        if self.retired.is_empty() {
+            return None;
         }
         let now = Instant::now();
         let retired: Vec<_> = self.retired.iter().filter(|(_, until)| *until > now).collect();

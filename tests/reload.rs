@@ -387,3 +387,96 @@ async fn routes_by_host() {
     assert!(err.contains("invalid route host"), "{err}");
     gw.stop().await;
 }
+
+/// The binary, stopped (killed) when dropped; its log collected.
+struct Binary {
+    child: std::process::Child,
+    port: u16,
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Binary {
+    fn start(config: &Path) -> Binary {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sessionless"))
+            .arg("--config")
+            .arg(config)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("the gateway binary starts");
+        let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let marker = "listening on http://127.0.0.1:";
+        let port = loop {
+            let line = lines.next().expect("the binary logs its address").unwrap();
+            if let Some(at) = line.find(marker) {
+                let rest = &line[at + marker.len()..];
+                break rest.chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap();
+            }
+        };
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = log.clone();
+        std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| kept.lock().unwrap().push(l)));
+        Binary { child, port, log }
+    }
+
+    fn signal(&self, name: &str) {
+        let ok =
+            std::process::Command::new("kill").args([name, &self.child.id().to_string()]).status().unwrap();
+        assert!(ok.success());
+    }
+}
+
+#[tokio::test]
+async fn sighup_reloads_the_binary() {
+    let d = dir("sighup");
+    // The key file sits in a directory of its own: the file watch (on the
+    // routing file's directory) does not see it change; SIGHUP must.
+    let keys_dir = d.join("keys");
+    std::fs::create_dir_all(&keys_dir).unwrap();
+    let keys = keys_dir.join("keys.txt");
+    let line = sessionless::auth::keys::file_line;
+    std::fs::write(&keys, format!("{}\n{}\n", line("alice", "alice-key"), line("bob", "bob-key"))).unwrap();
+    let up = echo("hi").start().await;
+    let file = d.join("gateway.toml");
+    write(
+        &file,
+        &format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n\n{}[auth.keys]\ntype = \"api_key\"\nkeys_file = \"{}\"\n\n{}auth = \"keys\"\n",
+            upstreams(&[("u", &up)]),
+            keys.display(),
+            route("/mcp", "u")
+        ),
+    );
+    let bin = Binary::start(&file);
+    let client = support::client::http_client();
+    let url = format!("http://127.0.0.1:{}/mcp", bin.port);
+    let as_bob = |id: u64| {
+        ModernRequest::new(client.clone(), url.clone(), "tools/call")
+            .id(json!(id))
+            .params(json!({"name": "echo", "arguments": {}}))
+            .bearer("bob-key")
+    };
+    assert_eq!(text(&as_bob(1).send().await), "hi");
+
+    std::fs::write(&keys, format!("{}\n", line("alice", "alice-key"))).unwrap();
+    bin.signal("-HUP");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while as_bob(2).send().await.status != 401 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "SIGHUP did not reload: {:?}",
+            bin.log.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let log = bin.log.lock().unwrap().join("\n");
+    assert!(log.contains("configuration reloaded") && log.contains("SIGHUP"), "{log}");
+    assert!(!log.contains("bob-key") && !log.contains("alice-key"), "no key in the log");
+}
