@@ -57,7 +57,8 @@ enum Command {
         /// The key id (the principal is `key:<ID>`).
         id: String,
     },
-    /// Validates a routing file and exits (offline).
+    /// Validates a routing file offline (no key, secret or TLS file needed) and prints
+    /// its routing table and the environment variables and files it needs at run time.
     CheckConfig {
         /// The TOML routing file.
         file: PathBuf,
@@ -65,6 +66,12 @@ enum Command {
         /// (a `server/discover` probe; a session it mints is deleted).
         #[arg(long)]
         probe: bool,
+    },
+    /// Exits 0 when URL answers 2xx within 5 s, else 1: a container health check
+    /// (`sessionless health http://127.0.0.1:8080/healthz`) where there is no curl.
+    Health {
+        /// The URL to GET (http).
+        url: String,
     },
 }
 
@@ -100,13 +107,23 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Some(Command::CheckConfig { file, probe }) => {
-            let config = Config::from_file(&file)?;
+            let checked = sessionless::config::Checked::from_file(&file)?;
             println!("{}: ok", file.display());
+            print!("{}", checked.report());
             if probe {
-                for (route, name, url, found) in runtime.block_on(sessionless::probe_upstreams(&config)) {
+                let config = checked.file_only();
+                for (route, name, url, found) in runtime.block_on(sessionless::probe_upstreams(config)) {
                     println!("{route} -> {name} ({url}): {found}");
                 }
             }
+            Ok(())
+        }
+        Some(Command::Health { url }) => {
+            let status = runtime.block_on(health(&url))?;
+            if !status.is_success() {
+                bail!("{url}: {status}");
+            }
+            println!("{url}: {status}");
             Ok(())
         }
         Some(Command::DemoUpstream { listen, generation }) => {
@@ -163,6 +180,15 @@ async fn gateway(config: Config, source: Option<sessionless::reload::Source>) ->
     });
     running.wait().await;
     Ok(())
+}
+
+async fn health(url: &str) -> anyhow::Result<http::StatusCode> {
+    let uri: http::Uri = url.parse().with_context(|| format!("not a URL: {url}"))?;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let get = client.get(uri);
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(5), get).await;
+    Ok(answer.with_context(|| format!("{url}: no answer within 5 s"))??.status())
 }
 
 async fn demo_upstream(listen: SocketAddr, generation: DemoGeneration) -> anyhow::Result<()> {

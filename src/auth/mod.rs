@@ -64,7 +64,9 @@ impl Auth {
                 continue;
             }
             let secret = match &j.hs256_secret {
-                Some(source) => Some(source.read().map_err(|e| format!("auth.{}: {e}", policy.name))?),
+                Some(source) => {
+                    Some(source.hs256_secret().map_err(|e| format!("auth.{}: {e}", policy.name))?)
+                }
                 None => None,
             };
             let verifier =

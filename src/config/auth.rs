@@ -1,7 +1,8 @@
 //! `[auth.<name>]` tables: the authentication policies routes name with
-//! `auth = "<name>"`. Key files and JWKS files are read here, so that
-//! `check-config` finds a bad one; they hold no secret (digests, public
-//! keys). An HS256 secret is read when the gateway starts.
+//! `auth = "<name>"`. Key files, JWKS files and HS256 secrets are read
+//! through [`Outside`], so that a bad one fails the check and a missing one
+//! is listed by `check-config`; the HS256 secret is read again when the
+//! gateway starts (it is not kept in the config).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -12,7 +13,7 @@ use http::Uri;
 use jsonwebtoken::Algorithm;
 use serde::Deserialize;
 
-use super::{at, ConfigError};
+use super::{at, ConfigError, Outside, Source};
 use crate::auth::keys::Keys;
 
 #[derive(Debug, Deserialize)]
@@ -85,37 +86,35 @@ pub enum JwksSource {
     Url(Uri),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SecretSource {
-    Env(String),
-    File(PathBuf),
-}
+/// Where an HS256 secret comes from.
+pub type SecretSource = Source;
 
 impl SecretSource {
-    /// The secret's bytes (trailing whitespace of a file trimmed).
-    pub fn read(&self) -> Result<Vec<u8>, String> {
-        let raw = match self {
-            SecretSource::Env(name) => {
-                std::env::var(name).map_err(|_| format!("environment variable {name} is not set"))?
-            }
-            SecretSource::File(path) => {
-                std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?
-            }
-        };
-        let secret = raw.trim_end().as_bytes().to_vec();
-        if secret.len() < 32 {
-            return Err("an HS256 secret must be at least 32 bytes".into());
-        }
-        Ok(secret)
+    /// The HS256 secret's bytes (trailing whitespace of a file trimmed).
+    pub fn hs256_secret(&self) -> Result<Vec<u8>, String> {
+        hs256_bytes(&self.read()?)
     }
 }
 
-/// The policies of the file, by name.
-pub fn policies(raw: &BTreeMap<String, RawAuth>, text: &str) -> Result<Vec<Arc<AuthPolicy>>, ConfigError> {
-    raw.iter().map(|(name, a)| policy(name, a, text).map(Arc::new)).collect()
+/// An HS256 secret as read: at least 32 bytes once trailing whitespace is trimmed.
+fn hs256_bytes(raw: &str) -> Result<Vec<u8>, String> {
+    let secret = raw.trim_end().as_bytes().to_vec();
+    if secret.len() < 32 {
+        return Err("an HS256 secret must be at least 32 bytes".into());
+    }
+    Ok(secret)
 }
 
-fn policy(name: &str, a: &RawAuth, text: &str) -> Result<AuthPolicy, ConfigError> {
+/// The policies of the file, by name.
+pub fn policies(
+    raw: &BTreeMap<String, RawAuth>,
+    text: &str,
+    outside: &Outside,
+) -> Result<Vec<Arc<AuthPolicy>>, ConfigError> {
+    raw.iter().map(|(name, a)| policy(name, a, text, outside).map(Arc::new)).collect()
+}
+
+fn policy(name: &str, a: &RawAuth, text: &str, outside: &Outside) -> Result<AuthPolicy, ConfigError> {
     let err = |msg: String| ConfigError(format!("{}auth.{name}: {msg}", at(text, &format!("[auth.{name}]"))));
     let only = |allowed: &[&str]| -> Result<(), ConfigError> {
         let set = [
@@ -143,10 +142,14 @@ fn policy(name: &str, a: &RawAuth, text: &str) -> Result<AuthPolicy, ConfigError
         "api_key" => {
             only(&["keys_file"])?;
             let path = a.keys_file.as_ref().ok_or_else(|| err("needs `keys_file`".into()))?;
-            let text = std::fs::read_to_string(path).map_err(|e| err(format!("keys_file {path}: {e}")))?;
-            AuthKind::ApiKeys(Keys::parse(&text).map_err(|e| err(format!("keys_file {path}: {e}")))?)
+            let what = format!("auth.{name} API key file");
+            let text =
+                outside.read(&what, Source::File(path.into())).map_err(|e| err(format!("keys_file {e}")))?;
+            // Missing (check-config only): the policy is checked without its keys.
+            let keys = text.as_deref().map(Keys::parse).transpose();
+            AuthKind::ApiKeys(keys.map_err(|e| err(format!("keys_file {path}: {e}")))?.unwrap_or_default())
         }
-        "jwt" => AuthKind::Jwt(jwt(a, &err)?),
+        "jwt" => AuthKind::Jwt(jwt(name, a, &err, outside)?),
         other => return Err(err(format!("type must be \"none\", \"api_key\" or \"jwt\", not `{other}`"))),
     };
     if a.required_scopes.is_some() && !matches!(kind, AuthKind::Jwt(_)) {
@@ -180,7 +183,12 @@ fn policy(name: &str, a: &RawAuth, text: &str) -> Result<AuthPolicy, ConfigError
     })
 }
 
-fn jwt(a: &RawAuth, err: &dyn Fn(String) -> ConfigError) -> Result<JwtPolicy, ConfigError> {
+fn jwt(
+    name: &str,
+    a: &RawAuth,
+    err: &dyn Fn(String) -> ConfigError,
+    outside: &Outside,
+) -> Result<JwtPolicy, ConfigError> {
     let issuer = a.issuer.clone().ok_or_else(|| err("needs `issuer`".into()))?;
     let audience =
         a.audience.clone().ok_or_else(|| err("needs `audience` (never taken from a request)".into()))?;
@@ -190,6 +198,14 @@ fn jwt(a: &RawAuth, err: &dyn Fn(String) -> ConfigError) -> Result<JwtPolicy, Co
         (None, Some(file)) => Some(SecretSource::File(file.into())),
         (None, None) => None,
     };
+    if let Some(source) = &hs256_secret {
+        let what = format!("auth.{name} HS256 secret");
+        if let Some(raw) =
+            outside.read(&what, source.clone()).map_err(|e| err(format!("hs256 secret: {e}")))?
+        {
+            hs256_bytes(&raw).map_err(err)?;
+        }
+    }
     let algorithms = match &a.algorithms {
         None if hs256_secret.is_some() => vec![Algorithm::HS256],
         None => vec![Algorithm::RS256, Algorithm::ES256, Algorithm::EdDSA],
@@ -218,11 +234,17 @@ fn jwt(a: &RawAuth, err: &dyn Fn(String) -> ConfigError) -> Result<JwtPolicy, Co
     let jwks = match (&a.jwks_file, &a.jwks_url) {
         (Some(_), Some(_)) => return Err(err("one of jwks_file and jwks_url".into())),
         (Some(file), None) => {
-            let body = std::fs::read(file).map_err(|e| err(format!("jwks_file {file}: {e}")))?;
-            let keys = crate::auth::jwt::parse_jwks(&body, &algorithms)
-                .map_err(|e| err(format!("jwks_file {file}: {e}")))?;
-            if keys.is_empty() {
-                return Err(err(format!("jwks_file {file}: no key usable with the configured algorithms")));
+            let what = format!("auth.{name} JWKS file");
+            let body =
+                outside.read(&what, Source::File(file.into())).map_err(|e| err(format!("jwks_file {e}")))?;
+            if let Some(body) = body {
+                let keys = crate::auth::jwt::parse_jwks(body.as_bytes(), &algorithms)
+                    .map_err(|e| err(format!("jwks_file {file}: {e}")))?;
+                if keys.is_empty() {
+                    return Err(err(format!(
+                        "jwks_file {file}: no key usable with the configured algorithms"
+                    )));
+                }
             }
             Some(JwksSource::File(file.into()))
         }

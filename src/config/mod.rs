@@ -1,6 +1,8 @@
 //! Configuration: the routing file (TOML) validated into a fully-defaulted
 //! runtime table, or the same table built from `--upstream`.
 
+mod check;
+mod outside;
 mod raw;
 
 use std::net::SocketAddr;
@@ -11,6 +13,8 @@ use std::time::Duration;
 use base64::Engine;
 use http::Uri;
 
+pub use check::Checked;
+pub use outside::{Need, Outside, Source};
 pub use raw::RawConfig;
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -281,19 +285,18 @@ impl Config {
             }],
             ..Default::default()
         };
-        validate(raw, "")
+        validate(raw, "", &Outside::required())
     }
 
-    /// Reads and validates a routing file; errors name the file and line.
+    /// Reads and validates a routing file, and what it names outside itself
+    /// (keys, secrets, TLS and auth files); errors name the file and line.
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| ConfigError(format!("{}: {e}", path.display())))?;
+        let text = read_file(path)?;
         Config::from_toml(&text).map_err(|e| ConfigError(format!("{}: {}", path.display(), e.0)))
     }
 
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError(e.to_string()))?;
-        validate(raw, text)
+        validate(parse(text)?, text, &Outside::required())
     }
 
     /// The route serving `path` for a request to `host` (see [`Route::serves`]).
@@ -351,6 +354,14 @@ fn route_host(h: &str, text: &str) -> Result<String, ConfigError> {
     Ok(h.to_ascii_lowercase())
 }
 
+fn read_file(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|e| ConfigError(format!("{}: {e}", path.display())))
+}
+
+fn parse(text: &str) -> Result<RawConfig, ConfigError> {
+    toml::from_str(text).map_err(|e| ConfigError(e.to_string()))
+}
+
 fn ms(v: Option<u64>, default: u64) -> Duration {
     Duration::from_millis(v.unwrap_or(default))
 }
@@ -364,8 +375,10 @@ fn not_yet(text: &str, key: &str) -> ConfigError {
     ConfigError(format!("{}`{key}` is not supported yet", at(text, key.rsplit('.').next().unwrap_or(key))))
 }
 
-fn validate(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
-    let policies = auth::policies(&raw.auth, text)?;
+/// The one validation of a routing file; what it names outside itself is
+/// read through `outside` (required to run, optional to check).
+fn validate(raw: RawConfig, text: &str, outside: &Outside) -> Result<Config, ConfigError> {
+    let policies = auth::policies(&raw.auth, text, outside)?;
     let listen_text = raw.server.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
     let listen: SocketAddr = listen_text
         .parse()
@@ -437,8 +450,12 @@ fn validate(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
                 .unwrap_or(120)
                 .max(1),
         },
-        cluster: raw.cluster.as_ref().map(|c| cluster(c, text, &raw.keys)).transpose()?,
-        keys: raw.keys.iter().map(|k| load_key(k, text)).collect::<Result<_, _>>()?,
+        cluster: raw.cluster.as_ref().map(|c| cluster(c, text, &raw.keys, outside)).transpose()?,
+        keys: raw
+            .keys
+            .iter()
+            .filter_map(|k| load_key(k, text, outside).transpose())
+            .collect::<Result<_, _>>()?,
     })
 }
 
@@ -705,7 +722,12 @@ fn rate_limit(l: raw::RawRateLimit, key: &str, text: &str) -> Result<RateLimit, 
     }
 }
 
-fn cluster(c: &raw::RawCluster, text: &str, keys: &[raw::RawKey]) -> Result<Cluster, ConfigError> {
+fn cluster(
+    c: &raw::RawCluster,
+    text: &str,
+    keys: &[raw::RawKey],
+    outside: &Outside,
+) -> Result<Cluster, ConfigError> {
     let where_ = at(text, "[cluster]");
     if keys.is_empty() {
         return Err(ConfigError(format!(
@@ -715,43 +737,54 @@ fn cluster(c: &raw::RawCluster, text: &str, keys: &[raw::RawKey]) -> Result<Clus
     let internal_listen: SocketAddr = c.internal_listen.parse().map_err(|_| {
         ConfigError(format!("{}invalid internal_listen `{}`", at(text, "internal_listen"), c.internal_listen))
     })?;
-    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let instance_id = c
-        .instance_id
-        .clone()
-        .or_else(|| env("SESSIONLESS_INSTANCE_ID"))
-        .or_else(|| env("HOSTNAME"))
-        .ok_or_else(|| {
-            ConfigError(format!("{where_}cluster.instance_id is not set (nor $SESSIONLESS_INSTANCE_ID)"))
-        })?;
-    let advertise = c
-        .advertise
-        .clone()
-        .or_else(|| env("SESSIONLESS_ADVERTISE_ADDR"))
-        .unwrap_or_else(|| c.internal_listen.clone());
+    let id = "cluster instance id (when cluster.instance_id is not set)";
+    let instance_id =
+        match c.instance_id.clone().or_else(|| outside.default_from(id, "SESSIONLESS_INSTANCE_ID")) {
+            Some(id) => id,
+            None => match outside.default_from(id, "HOSTNAME") {
+                Some(id) => id,
+                None if outside.is_required() => {
+                    return Err(ConfigError(format!(
+                    "{where_}cluster.instance_id is not set (nor $SESSIONLESS_INSTANCE_ID, nor $HOSTNAME)"
+                )))
+                }
+                None => String::new(),
+            },
+        };
+    let from_env = match &c.advertise {
+        Some(_) => None,
+        None => outside.default_from(
+            "cluster advertise address (when cluster.advertise is not set)",
+            "SESSIONLESS_ADVERTISE_ADDR",
+        ),
+    };
+    let advertise = c.advertise.clone().or(from_env).unwrap_or_else(|| c.internal_listen.clone());
     let reachable = advertise
         .parse::<SocketAddr>()
         .map(|a| a.port() != 0 && !a.ip().is_unspecified())
         .unwrap_or_else(|_| !advertise.ends_with(":0") && advertise.contains(':'));
-    if !reachable {
+    // Offline, an address the environment will give is not the file's fault.
+    let from_file = c.advertise.is_some() || outside.is_required();
+    if !reachable && from_file {
         return Err(ConfigError(format!(
             "{where_}cluster advertise address `{advertise}` is not one other replicas can reach: \
              set cluster.advertise or $SESSIONLESS_ADVERTISE_ADDR (host:port, not 0.0.0.0, not port 0)"
         )));
     }
-    let secret = match (&c.secret_env, &c.secret_file) {
-        (Some(var), None) => std::env::var(var).map_err(|_| {
-            ConfigError(format!("{where_}cluster secret: environment variable {var} is not set"))
-        })?,
-        (None, Some(file)) => std::fs::read_to_string(file)
-            .map_err(|e| ConfigError(format!("{where_}cluster secret: cannot read {file}: {e}")))?,
+    let source = match (&c.secret_env, &c.secret_file) {
+        (Some(var), None) => Source::Env(var.clone()),
+        (None, Some(file)) => Source::File(file.into()),
         _ => {
             return Err(ConfigError(format!(
                 "{where_}cluster needs exactly one of secret_env or secret_file (never inline)"
             )))
         }
     };
-    let secrets: Vec<Vec<u8>> = secret.split(',').map(|s| s.trim().as_bytes().to_vec()).collect();
+    let secret = outside
+        .read("cluster secret", source)
+        .map_err(|e| ConfigError(format!("{where_}cluster secret: {e}")))?;
+    let secrets: Vec<Vec<u8>> =
+        secret.iter().flat_map(|s| s.split(',')).map(|s| s.trim().as_bytes().to_vec()).collect();
     if secrets.iter().any(|s| s.len() < 16) {
         return Err(ConfigError(format!(
             "{where_}cluster secret must be at least 16 bytes (each one, when several are comma-separated)"
@@ -763,12 +796,16 @@ fn cluster(c: &raw::RawCluster, text: &str, keys: &[raw::RawKey]) -> Result<Clus
         advertise,
         secrets,
         connect_timeout: ms(c.connect_timeout_ms, 1_000),
-        tls: cluster_tls(c, text)?,
+        tls: cluster_tls(c, text, outside)?,
     })
 }
 
 /// `[cluster]` TLS: all three files or none; `tls_server_name` only with them.
-fn cluster_tls(c: &raw::RawCluster, text: &str) -> Result<Option<ClusterTls>, ConfigError> {
+fn cluster_tls(
+    c: &raw::RawCluster,
+    text: &str,
+    outside: &Outside,
+) -> Result<Option<ClusterTls>, ConfigError> {
     let files = [
         ("tls_cert_file", &c.tls_cert_file),
         ("tls_key_file", &c.tls_key_file),
@@ -785,19 +822,28 @@ fn cluster_tls(c: &raw::RawCluster, text: &str) -> Result<Option<ClusterTls>, Co
             missing.join(", ")
         )));
     };
+    let mut all_there = true;
+    for (what, path) in [("cluster TLS certificate", cert), ("cluster TLS key", key), ("cluster TLS CA", ca)]
+    {
+        let there = outside
+            .file(what, path)
+            .map_err(|e| ConfigError(format!("{}cluster TLS: {e}", at(text, "tls_"))))?;
+        all_there &= there;
+    }
+    if !all_there {
+        return Ok(None);
+    }
     crate::cluster::tls::load(cert, key, ca, c.tls_server_name.as_deref())
         .map(Some)
         .map_err(|e| ConfigError(format!("{}cluster TLS: {e}", at(text, "tls_"))))
 }
 
-fn load_key(k: &raw::RawKey, text: &str) -> Result<SealKey, ConfigError> {
+/// A sealing key; `None` when it is missing and `outside` does not require it.
+fn load_key(k: &raw::RawKey, text: &str, outside: &Outside) -> Result<Option<SealKey>, ConfigError> {
     let where_ = at(text, &k.id);
-    let encoded = match (&k.env, &k.file) {
-        (Some(var), None) => std::env::var(var).map_err(|_| {
-            ConfigError(format!("{where_}key `{}`: environment variable {var} is not set", k.id))
-        })?,
-        (None, Some(file)) => std::fs::read_to_string(file)
-            .map_err(|e| ConfigError(format!("{where_}key `{}`: cannot read {file}: {e}", k.id)))?,
+    let source = match (&k.env, &k.file) {
+        (Some(var), None) => Source::Env(var.clone()),
+        (None, Some(file)) => Source::File(file.into()),
         _ => {
             return Err(ConfigError(format!(
                 "{where_}key `{}` needs exactly one of `env` or `file` (keys never sit in this file)",
@@ -805,12 +851,18 @@ fn load_key(k: &raw::RawKey, text: &str) -> Result<SealKey, ConfigError> {
             )))
         }
     };
+    let what = format!("sealing key `{}`", k.id);
+    let Some(encoded) =
+        outside.read(&what, source).map_err(|e| ConfigError(format!("{where_}{what}: {e}")))?
+    else {
+        return Ok(None);
+    };
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(encoded.trim().trim_end_matches('='))
         .ok()
         .and_then(|b| <[u8; 32]>::try_from(b).ok())
         .ok_or_else(|| ConfigError(format!("{where_}key `{}` must be 32 bytes, base64url", k.id)))?;
-    Ok(SealKey { id: k.id.clone(), bytes })
+    Ok(Some(SealKey { id: k.id.clone(), bytes }))
 }
 
 #[cfg(test)]
