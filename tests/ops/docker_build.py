@@ -10,6 +10,7 @@ brings fails it. Prints the path of the binary the stage left in WORKDIR.
 Usage: docker_build.py CONTEXT_DIR SHARED_TARGET_DIR"""
 
 import fnmatch
+import hashlib
 import os
 import re
 import shutil
@@ -53,16 +54,54 @@ def copy(src_rel, dest):
         shutil.copy2(src, out)
 
 
+def sources(src_rel):
+    """The files one COPY source brings, as Docker would see them."""
+    src = os.path.join(ROOT, src_rel)
+    if os.path.isfile(src):
+        return [src_rel]
+    found = []
+    for dirpath, dirnames, filenames in os.walk(src):
+        rel_dir = os.path.relpath(dirpath, ROOT)
+        dirnames[:] = sorted(d for d in dirnames if not ignored(os.path.join(rel_dir, d)))
+        found += [os.path.join(rel_dir, n) for n in sorted(filenames) if not ignored(os.path.join(rel_dir, n))]
+    return found
+
+
 text = re.sub(r"\\\n", " ", open(os.path.join(ROOT, "docker", "Dockerfile")).read())
 lines = [l.strip() for l in text.splitlines() if l.strip() and not l.strip().startswith("#")]
+stage_lines = []
+for line in lines:
+    if line.startswith("FROM ") and stage_lines:
+        break  # the build stage ends where the next begins
+    stage_lines.append(line)
+
+# Docker's layer cache, for the whole stage: what it runs, with what
+# toolchain, on which files. Unchanged since the last success: nothing to do.
+digest = hashlib.sha256()
+digest.update(subprocess.run(["rustc", "-V"], capture_output=True, text=True).stdout.encode())
+for line in stage_lines:
+    digest.update(line.encode() + b"\n")
+    if line.startswith("COPY "):
+        for src in line.split()[1:-1]:
+            for rel in sources(src) if os.path.exists(os.path.join(ROOT, src)) else [src]:
+                digest.update(rel.encode() + b"\0")
+                path = os.path.join(ROOT, rel)
+                digest.update(open(path, "rb").read() if os.path.isfile(path) else b"(missing)")
+stamp = ctx + ".done"
+binary = os.path.join(ctx, "sessionless")
+if os.path.exists(stamp) and open(stamp).read() == digest.hexdigest() and os.path.exists(binary):
+    print(f"docker_build.py: the build stage's inputs are those of the last successful run ({digest.hexdigest()[:12]}): cached")
+    print(binary)
+    sys.exit(0)
+
 stage, workdir, env = None, None, dict(os.environ)
 env.pop("CARGO_TARGET_DIR", None)
 shutil.rmtree(ctx, ignore_errors=True)
-for line in lines:
+if os.path.exists(stamp):
+    os.remove(stamp)
+for line in stage_lines:
     word, _, rest = line.partition(" ")
     if word == "FROM":
-        if stage is not None:
-            break  # the build stage ends where the next begins
         stage = rest
         continue
     if word == "WORKDIR":
@@ -87,4 +126,6 @@ for line in lines:
             sys.exit(f"docker_build.py: FAIL: RUN {rest}")
     else:
         sys.exit(f"docker_build.py: {word} in the build stage is not simulated")
-print(os.path.join(workdir, "sessionless"))
+with open(stamp, "w") as f:
+    f.write(digest.hexdigest())
+print(binary)

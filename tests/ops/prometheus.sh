@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 ROOT="$PWD"
 PROMETHEUS_DEB_VERSION="2.42.0+ds-5+deb12u1"
 BIN="${SESSIONLESS_BIN:-$ROOT/target/debug/sessionless}"
-DASHBOARD="$ROOT/dashboards/sessionless.json"
+DASHBOARD="${SESSIONLESS_DASHBOARD:-$ROOT/dashboards/sessionless.json}"
 
 fail() { echo "prometheus.sh: FAIL: $*" >&2; exit 1; }
 [[ -x "$BIN" ]] || fail "no gateway binary at $BIN (cargo build, or set SESSIONLESS_BIN)"
