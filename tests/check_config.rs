@@ -132,16 +132,25 @@ auth = "users"
 #[test]
 fn the_gateway_still_fails_fast_without_its_secrets() {
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/cluster.toml");
-    let out = Command::new(env!("CARGO_BIN_EXE_sessionless"))
-        .arg("--config")
-        .arg(&file)
-        .env_clear()
-        .env("SESSIONLESS_LOG", "error")
-        .output()
-        .expect("the binary runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let run = |env: &[(&str, &str)]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_sessionless"))
+            .arg("--config")
+            .arg(&file)
+            .env_clear()
+            .envs(env.iter().copied())
+            .env("SESSIONLESS_LOG", "error")
+            .output()
+            .expect("the binary runs");
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let mut env = vec![("HOSTNAME", "gw-a"), ("SESSIONLESS_ADVERTISE_ADDR", "10.0.0.5:8081")];
+    let stderr = run(&env);
+    assert!(stderr.contains("SESSIONLESS_CLUSTER_SECRET is not set"), "{stderr}");
+    env.push(("SESSIONLESS_CLUSTER_SECRET", "a cluster secret of enough bytes"));
+    let stderr = run(&env);
     assert!(stderr.contains("SESSIONLESS_KEY_2026_11 is not set"), "{stderr}");
+    assert!(!stderr.contains("a cluster secret of enough bytes"), "{stderr}");
 }
 
 #[test]

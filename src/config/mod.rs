@@ -823,11 +823,13 @@ fn cluster_tls(
         )));
     };
     let mut all_there = true;
-    for (what, path) in [("cluster TLS certificate", cert), ("cluster TLS key", key), ("cluster TLS CA", ca)]
-    {
+    let files =
+        [("tls_cert_file", "certificate", cert), ("tls_key_file", "key", key), ("tls_ca_file", "CA", ca)];
+    for (name, what, path) in files {
+        let what = format!("cluster TLS {what} ({name})");
         let there = outside
-            .file(what, path)
-            .map_err(|e| ConfigError(format!("{}cluster TLS: {e}", at(text, "tls_"))))?;
+            .file(&what, path)
+            .map_err(|e| ConfigError(format!("{}cluster TLS: {name} {e}", at(text, "tls_"))))?;
         all_there &= there;
     }
     if !all_there {
