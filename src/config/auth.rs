@@ -198,14 +198,6 @@ fn jwt(
         (None, Some(file)) => Some(SecretSource::File(file.into())),
         (None, None) => None,
     };
-    if let Some(source) = &hs256_secret {
-        let what = format!("auth.{name} HS256 secret");
-        if let Some(raw) =
-            outside.read(&what, source.clone()).map_err(|e| err(format!("hs256 secret: {e}")))?
-        {
-            hs256_bytes(&raw).map_err(err)?;
-        }
-    }
     let algorithms = match &a.algorithms {
         None if hs256_secret.is_some() => vec![Algorithm::HS256],
         None => vec![Algorithm::RS256, Algorithm::ES256, Algorithm::EdDSA],
@@ -266,6 +258,15 @@ fn jwt(
         (None, None) if hs => None,
         (None, None) => return Err(err("needs `jwks_file` or `jwks_url`".into())),
     };
+    // Read last: what the file itself says is checked first.
+    if let Some(source) = &hs256_secret {
+        let what = format!("auth.{name} HS256 secret");
+        if let Some(raw) =
+            outside.read(&what, source.clone()).map_err(|e| err(format!("hs256 secret: {e}")))?
+        {
+            hs256_bytes(&raw).map_err(err)?;
+        }
+    }
     Ok(JwtPolicy {
         issuer,
         audience,

@@ -5,7 +5,6 @@
 use std::fmt::Write;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::{parse, read_file, validate, AuthKind, Config, ConfigError, Continuity, Need, Outside, Route};
 use super::{LegacyClientMode, UpstreamGeneration};
@@ -44,10 +43,6 @@ impl Checked {
     /// this machine lacks are absent from it.
     pub fn file_only(&self) -> &Config {
         &self.config
-    }
-
-    pub fn drain_timeout(&self) -> Duration {
-        self.config.drain_timeout
     }
 
     /// What `check-config` prints: listeners, the routing table, and what
