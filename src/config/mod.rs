@@ -21,7 +21,9 @@ pub const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"]
 pub struct ConfigError(pub String);
 
 pub mod auth;
+pub mod telemetry;
 pub use auth::{AuthKind, AuthPolicy, JwksSource, JwtPolicy, SecretSource};
+pub use telemetry::{Readiness, Telemetry};
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -38,6 +40,9 @@ pub struct Config {
     pub keys: Vec<SealKey>,
     pub cluster: Option<Cluster>,
     pub legacy: LegacyClients,
+    /// When `/readyz` answers 200.
+    pub readiness: Readiness,
+    pub telemetry: Telemetry,
 }
 
 /// Legacy (2025 session) clients: their session tokens and how fast they
@@ -399,7 +404,11 @@ fn validate(raw: RawConfig, text: &str) -> Result<Config, ConfigError> {
         }
         None => None,
     };
+    let readiness = telemetry::readiness(raw.server.readiness.as_deref(), text)?;
+    let telemetry = telemetry::telemetry(&raw.telemetry, text)?;
     Ok(Config {
+        readiness,
+        telemetry,
         listen,
         allowed_origins: raw.server.allowed_origins.unwrap_or_default(),
         allowed_hosts,
