@@ -222,14 +222,16 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
 pub struct Tracked {
     inner: Body,
     busy: Option<Busy>,
+    /// The request's record: written out when the answer (and its work) ends.
+    _record: std::sync::Arc<crate::observe::Record>,
 }
 
 impl Tracked {
-    pub fn new(inner: Body, busy: Busy) -> Tracked {
+    pub fn new(inner: Body, busy: Busy, record: std::sync::Arc<crate::observe::Record>) -> Tracked {
         let w = &busy.0;
         w.answer_polled.fetch_max(w.now_ms(), Ordering::Relaxed);
         w.answering.fetch_add(1, Ordering::AcqRel);
-        Tracked { inner, busy: Some(busy) }
+        Tracked { inner, busy: Some(busy), _record: record }
     }
 
     fn end(&mut self) {
@@ -347,8 +349,11 @@ mod tests {
         let w = Watch::new();
         // An SSE answer with nothing more to say yet.
         let never = futures_util::stream::pending::<Result<Frame<Bytes>, BoxError>>();
-        let mut answer =
-            Tracked::new(http_body_util::BodyExt::boxed(http_body_util::StreamBody::new(never)), w.begin());
+        let mut answer = Tracked::new(
+            http_body_util::BodyExt::boxed(http_body_util::StreamBody::new(never)),
+            w.begin(),
+            crate::observe::Record::new(&http::HeaderMap::new(), Default::default()),
+        );
         let watch = w.clone();
         let overstayed = tokio::spawn(async move { watch.overstayed(&limits()).await });
         // Polled every 30 s (a reading client): never cut.

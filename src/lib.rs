@@ -15,6 +15,7 @@ pub mod front;
 pub mod guard;
 pub mod live;
 pub mod metrics;
+pub mod observe;
 pub mod park;
 pub mod ratelimit;
 pub mod ratelog;
@@ -173,6 +174,7 @@ async fn start(config: Config, source: Option<reload::Source>) -> std::io::Resul
         if tokio::time::timeout(CLOSE_SESSIONS, closing).await.is_err() {
             tracing::warn!("upstream sessions still closing at exit; left to the upstream's idle timeout");
         }
+        gateway.flush_spans().await;
     });
     Ok(Running { addr, internal_addr, drain, task, reloader })
 }

@@ -170,6 +170,11 @@ fn keep_running(current: &Config, next: &mut Config) -> Vec<&'static str> {
         )*};
     }
     keep!(listen, drain_timeout, keepalive_interval, connections, pool, limits, legacy);
+    // The span exporter is started once (readiness and latency_tools are read per request).
+    if current.telemetry.otlp != next.telemetry.otlp {
+        changed.push("telemetry.otlp");
+        next.telemetry.otlp = current.telemetry.otlp.clone();
+    }
     if !same_cluster(current, next) {
         changed.push("cluster");
     }

@@ -28,8 +28,18 @@ struct Cli {
     /// Address to listen on [default: 127.0.0.1:8080, or the file's server.listen].
     #[arg(long, value_name = "ADDR")]
     listen: Option<SocketAddr>,
+    /// Log lines on stderr: `text`, or `json` (one object a line, with one
+    /// access line per request).
+    #[arg(long, value_enum, env = "SESSIONLESS_LOG_FORMAT", default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Option<Command>,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand, Debug)]
@@ -82,14 +92,8 @@ enum DemoGeneration {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SESSIONLESS_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    logging(cli.log_format);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
         Some(Command::GenKey) => {
@@ -144,6 +148,25 @@ fn main() -> anyhow::Result<()> {
             };
             runtime.block_on(gateway(config, source))
         }
+    }
+}
+
+/// Logs on stderr, without colour codes unless stderr is a terminal. The
+/// access line per request (target `sessionless::access`) is on by default
+/// with `json` and off with `text` (`SESSIONLESS_LOG=info,sessionless::access=info`
+/// turns it on); `SESSIONLESS_LOG` replaces the default filter.
+fn logging(format: LogFormat) {
+    use std::io::IsTerminal;
+    let default = match format {
+        LogFormat::Text => "info,sessionless::access=off",
+        LogFormat::Json => "info",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SESSIONLESS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => fmt.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => fmt.json().flatten_event(true).with_current_span(false).with_ansi(false).init(),
     }
 }
 

@@ -115,6 +115,21 @@ pub struct GenerationLabels {
     pub generation: &'static str,
 }
 
+/// A tool on the latency allowlist (`[telemetry] latency_tools`): the
+/// config bounds the label's values.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ToolLabels {
+    pub route: String,
+    pub tool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: &'static str,
+    /// Cargo features that change what the binary can do (`otlp`), comma-separated.
+    pub features: &'static str,
+}
+
 type HistogramFamily = Family<MethodLabels, Histogram, fn() -> Histogram>;
 
 #[derive(Clone)]
@@ -153,6 +168,8 @@ pub struct Metrics {
     pub config_reloads: Family<OutcomeOnlyLabels, Counter>,
     pub config_restart_required: Gauge,
     pub config_last_reload: Gauge,
+    pub tool_call_duration: Family<ToolLabels, Histogram, fn() -> Histogram>,
+    pub build_info: Family<BuildLabels, Gauge>,
 }
 
 fn duration_histogram() -> Histogram {
@@ -196,7 +213,11 @@ impl Metrics {
             config_reloads: Family::default(),
             config_restart_required: Gauge::default(),
             config_last_reload: Gauge::default(),
+            tool_call_duration: Family::new_with_constructor(duration_histogram),
+            build_info: Family::default(),
         };
+        let features = if cfg!(feature = "otlp") { "otlp" } else { "" };
+        m.build_info.get_or_create(&BuildLabels { version: env!("CARGO_PKG_VERSION"), features }).set(1);
         let r = registry.sub_registry_with_prefix("sessionless");
         r.register("requests", "Client requests by generation and outcome", m.requests.clone());
         r.register(
@@ -331,6 +352,16 @@ impl Metrics {
             "config_last_reload_success_timestamp_seconds",
             "Unix time the configuration was last loaded: at start, then by each applied reload",
             m.config_last_reload.clone(),
+        );
+        r.register(
+            "tool_call_duration_seconds",
+            "tools/call time to the last byte of the answer, for the tools on the latency allowlist",
+            m.tool_call_duration.clone(),
+        );
+        r.register(
+            "build_info",
+            "1, labelled with the version and features of this build",
+            m.build_info.clone(),
         );
         m
     }

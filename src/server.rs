@@ -60,6 +60,8 @@ pub struct Gateway {
     connections: Arc<ConnLimits>,
     /// Cluster mode: the internal listener's signature and replay checks.
     gate: Option<cluster::Gate>,
+    /// Where finished requests' records go (spans, when OTLP is configured).
+    sinks: crate::observe::Sinks,
 }
 
 impl Gateway {
@@ -75,7 +77,9 @@ impl Gateway {
             metrics.config_reloads.get_or_create(&OutcomeOnlyLabels { outcome }).inc_by(0);
         }
         metrics.config_last_reload.set(crate::seal::unix_now() as i64);
+        let sinks = sinks(&config)?;
         Ok(Gateway {
+            sinks,
             gate,
             limit: Arc::new(tokio::sync::Semaphore::new(config.limits.max_concurrent_requests)),
             internal_limit: Arc::new(tokio::sync::Semaphore::new(config.limits.max_concurrent_requests)),
@@ -94,6 +98,14 @@ impl Gateway {
             registry,
             draining: AtomicBool::new(false),
         })
+    }
+
+    /// Sends the spans still queued (at shutdown).
+    pub async fn flush_spans(&self) {
+        #[cfg(feature = "otlp")]
+        if let Some(spans) = &self.sinks.spans {
+            spans.flush().await;
+        }
     }
 
     /// The live configuration generation (a reload replaces it).
@@ -184,11 +196,18 @@ impl Gateway {
         Ok(resp)
     }
 
-    /// `/readyz`: 200 and what each upstream speaks (a refused upstream is
-    /// named, but does not take the replica's other routes out of service).
+    /// `/readyz`: what each upstream speaks, and 200 unless the readiness
+    /// policy asks for reachable upstreams and they are not (a refused
+    /// upstream is named, but does not take the replica out of service).
     fn readiness(&self) -> Response<Body> {
-        let mut lines = String::from("ready\n");
         let live = self.live.load();
+        let reachable = |t: &Arc<Target>| t.instances().iter().any(|i| i.health().is_up());
+        let ready = match live.config.readiness {
+            crate::config::Readiness::Always => true,
+            crate::config::Readiness::AnyUpstream => live.targets.all().any(reachable),
+            crate::config::Readiness::AllUpstreams => live.targets.all().all(reachable),
+        };
+        let mut lines = String::from(if ready { "ready\n" } else { "not ready: upstreams unreachable\n" });
         for t in live.targets.all() {
             let (path, name) = (&t.route.id, &t.route.upstream.name);
             lines.push_str(&format!("{path} {name}: {}\n", t.detected.describe()));
@@ -197,9 +216,12 @@ impl Gateway {
                     let state = if i.health().is_up() { "up" } else { "down" };
                     lines.push_str(&format!("  {} {state}\n", i.instance()));
                 }
+            } else if !reachable(t) {
+                lines.push_str("  unreachable\n");
             }
         }
-        reply::text(StatusCode::OK, "text/plain", lines)
+        let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+        reply::text(status, "text/plain", lines)
     }
 
     /// The routes and their upstreams, as they are now.
@@ -286,6 +308,7 @@ impl Gateway {
             Arc::new(crate::authz::View::new(target.route.rules.clone(), who))
         });
         let principal = who.principal;
+        crate::observe::principal(&principal);
         drop(live);
         // A route removed by a reload serves only the retries of calls
         // parked on it (checked once the call is parsed).
@@ -482,6 +505,10 @@ impl Gateway {
             Ok(Message::Call(call)) => *call,
             Err(rej) => return self.reject(&target, rej.id.as_ref(), &rej.error, started),
         };
+        crate::observe::meta_traceparent(&call.meta.passthrough);
+        if let (front::Method::ToolsCall, Some(tool)) = (&call.method, &call.name) {
+            crate::observe::called_tool(tool, self.live.load().config.telemetry.labels_tool(tool));
+        }
         if let (Some(view), Some(name)) = (&caller.access, &call.name) {
             if !view.allows_call(call.method.as_str(), name) {
                 let e = Error::Denied(format!("{} {name}", call.method.as_str()));
@@ -555,8 +582,8 @@ impl Gateway {
         let (reply, answer) = Reply::new(crate::guard::accepts_sse(&caller.headers));
         let method = call.method.as_str();
         let gateway = self.clone();
-        // Boxed: it may move to a task of its own (`Inline`).
-        let work: Work = Box::pin(async move {
+        // Boxed: it may move to a task of its own (`Inline`), with the record.
+        let work: Work = crate::observe::carry(async move {
             let outcome = gateway.modern_legacy.serve(&target, call, caller, reply).await;
             target.observed(outcome);
             gateway.services.count(
@@ -583,7 +610,7 @@ impl Gateway {
     ) -> Response<Body> {
         let (reply, answer) = Reply::new(crate::guard::accepts_sse(&caller.headers));
         let gateway = self.clone();
-        let work: Work = Box::pin(async move {
+        let work: Work = crate::observe::carry(async move {
             let (label, outcome) = gateway.legacy_modern.post(&target, &caller, reply).await;
             drop(caller);
             target.observed(outcome);
@@ -602,6 +629,20 @@ impl Gateway {
                 self.metrics.stale_headers_dropped.get_or_create(&HeaderLabels { header: label }).inc();
             }
         }
+    }
+}
+
+/// Where finished requests go: an OTLP exporter when one is configured.
+fn sinks(config: &Config) -> Result<crate::observe::Sinks, String> {
+    #[cfg(feature = "otlp")]
+    {
+        let spans = config.telemetry.otlp.as_ref().map(crate::observe::otlp::Exporter::start).transpose()?;
+        Ok(crate::observe::Sinks { spans })
+    }
+    #[cfg(not(feature = "otlp"))]
+    {
+        let _ = config;
+        Ok(crate::observe::Sinks::default())
     }
 }
 
@@ -745,14 +786,18 @@ impl Connection {
     ) {
         let watch = crate::conn::Watch::new();
         let (gw, kind, requests) = (self.gateway.clone(), self.kind, watch.clone());
-        let service = hyper::service::service_fn(move |req| {
+        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
             let (gw, busy) = (gw.clone(), requests.begin());
+            let record = crate::observe::Record::new(req.headers(), gw.sinks.clone());
             async move {
                 let resp = match kind {
-                    Listener::Public => gw.handle(req).await,
-                    Listener::Internal => gw.internal(req).await,
+                    Listener::Public => record.clone().scope(gw.handle(req)).await,
+                    Listener::Internal => record.clone().scope(gw.internal(req)).await,
                 };
-                Ok::<_, Infallible>(resp?.map(|body| Tracked::new(body, busy)))
+                let mut resp = resp?;
+                record.set_status(resp.status());
+                resp.headers_mut().insert(crate::observe::REQUEST_ID, record.id().clone());
+                Ok::<_, Infallible>(resp.map(|body| Tracked::new(body, busy, record)))
             }
         });
         let metrics = &self.gateway.metrics;

@@ -52,7 +52,11 @@ async fn tools_call_json_result_is_shaped_and_session_state_stays_hidden() {
             && meta.get("io.modelcontextprotocol/clientCapabilities").is_none(),
         "modern-only _meta keys are stripped: {meta}"
     );
-    assert_eq!(meta["traceparent"], TRACEPARENT, "traceparent is propagated");
+    // The client's trace, with the gateway's hop as the parent (tests/observability.rs).
+    let sent_trace = meta["traceparent"].as_str().unwrap_or_default();
+    assert_eq!(sent_trace[..36], TRACEPARENT[..36], "traceparent is propagated: {meta}");
+    assert_ne!(sent_trace, TRACEPARENT, "with the gateway's span id");
+    assert_eq!(sent.header("traceparent"), Some(sent_trace), "and as a header");
     assert!(sent.session().unwrap().starts_with("fake-session-"));
     for seen in up.seen() {
         assert_ne!(seen.session(), Some("client-stale-session"), "{seen:?}");

@@ -153,20 +153,25 @@ impl Services {
             outcome,
         };
         self.metrics.requests.get_or_create(&labels).inc();
+        let seconds = started.elapsed().as_secs_f64();
         self.metrics
             .request_duration
             .get_or_create(&MethodLabels { route: route.to_string(), method: method.into() })
-            .observe(started.elapsed().as_secs_f64());
-        tracing::debug!(
-            target: "sessionless::access",
-            route,
-            generation = client.as_str(),
-            upstream = upstream.as_str(),
+            .observe(seconds);
+        if method == "tools/call" {
+            if let Some(tool) = crate::observe::labelled_tool() {
+                let labels = crate::metrics::ToolLabels { route: route.to_string(), tool };
+                self.metrics.tool_call_duration.get_or_create(&labels).observe(seconds);
+            }
+        }
+        // The access line and the span are written when the request's answer ends.
+        crate::observe::counted(|| crate::observe::Counted {
+            route: route.to_string(),
             method,
+            generation: client.as_str(),
+            upstream: upstream.as_str(),
             outcome,
-            micros = started.elapsed().as_micros() as u64,
-            "request"
-        );
+        });
     }
 }
 

@@ -25,7 +25,9 @@ pub const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"]
 pub struct ConfigError(pub String);
 
 pub mod auth;
+pub mod telemetry;
 pub use auth::{AuthKind, AuthPolicy, JwksSource, JwtPolicy, SecretSource};
+pub use telemetry::{Readiness, Telemetry};
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -42,6 +44,9 @@ pub struct Config {
     pub keys: Vec<SealKey>,
     pub cluster: Option<Cluster>,
     pub legacy: LegacyClients,
+    /// When `/readyz` answers 200.
+    pub readiness: Readiness,
+    pub telemetry: Telemetry,
 }
 
 /// Legacy (2025 session) clients: their session tokens and how fast they
@@ -412,7 +417,11 @@ fn validate(raw: RawConfig, text: &str, outside: &Outside) -> Result<Config, Con
         }
         None => None,
     };
+    let readiness = telemetry::readiness(raw.server.readiness.as_deref(), text)?;
+    let telemetry = telemetry::telemetry(&raw.telemetry, text)?;
     Ok(Config {
+        readiness,
+        telemetry,
         listen,
         allowed_origins: raw.server.allowed_origins.unwrap_or_default(),
         allowed_hosts,

@@ -27,6 +27,9 @@ pub struct RawConfig {
     /// Authentication policies by name (`[auth.<name>]`), named by routes.
     #[serde(default)]
     pub auth: BTreeMap<String, super::auth::RawAuth>,
+    /// OTLP export and the per-tool latency allowlist.
+    #[serde(default)]
+    pub telemetry: super::telemetry::RawTelemetry,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -54,6 +57,8 @@ pub struct RawServer {
     pub h2_max_concurrent_streams: Option<u32>,
     /// h2: request body bytes a connection may have in flight (its flow-control window).
     pub h2_max_body_bytes_in_flight: Option<u32>,
+    /// When `/readyz` is 200: "always" (default), "any_upstream", "all_upstreams".
+    pub readiness: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -256,6 +256,16 @@ impl Transport {
         body: &[u8],
     ) -> Result<h1::Response, PostError> {
         let inner = &*self.0;
+        // On behalf of a client request: its trace, the gateway's hop as parent.
+        let sent = crate::observe::hop().map(|hop| hop.sent());
+        let traced;
+        let headers = match &sent {
+            None => headers,
+            Some(sent) => {
+                traced = crate::observe::traceparent::with_headers(headers, sent);
+                &traced[..]
+            }
+        };
         let send = inner.http.send(method, headers, body);
         match tokio::time::timeout(inner.upstream.response_timeout, send).await {
             Err(_) => {

@@ -365,6 +365,7 @@ impl Bridge {
         meta.insert("io.modelcontextprotocol/protocolVersion".into(), json!(MODERN_VERSION));
         meta.insert("io.modelcontextprotocol/clientCapabilities".into(), translated.c.clone());
         meta.insert("io.modelcontextprotocol/clientInfo".into(), translated.ci.clone());
+        crate::observe::traceparent::into_meta(&mut meta);
         params.insert("_meta".into(), Value::Object(meta));
         let name = match method {
             "tools/call" | "prompts/get" => params.get("name").and_then(Value::as_str).map(str::to_string),

@@ -87,7 +87,8 @@ impl Serialize for UpstreamParams<'_> {
                 _ => m.serialize_entry(k, v)?,
             }
         }
-        if r.progress_token.is_some() || !r.call.meta.passthrough.is_empty() {
+        let traced = crate::observe::hop().is_some();
+        if r.progress_token.is_some() || !r.call.meta.passthrough.is_empty() || traced {
             m.serialize_entry("_meta", &UpstreamMeta(r))?;
         }
         m.end()
@@ -99,7 +100,14 @@ struct UpstreamMeta<'a>(&'a UpstreamRequest<'a>);
 impl Serialize for UpstreamMeta<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
-        for (k, v) in &self.0.call.meta.passthrough {
+        // The gateway's hop in place of the client's trace context.
+        let mut trace = serde_json::Map::new();
+        crate::observe::traceparent::into_meta(&mut trace);
+        let ours = |k: &str| !trace.is_empty() && (k == "traceparent" || k == "tracestate");
+        for (k, v) in self.0.call.meta.passthrough.iter().filter(|(k, _)| !ours(k)) {
+            m.serialize_entry(k, v)?;
+        }
+        for (k, v) in &trace {
             m.serialize_entry(k, v)?;
         }
         if let Some(token) = self.0.progress_token {
@@ -458,9 +466,9 @@ pub fn cancel(flight: &InFlight<'_>, reason: &str) -> Done {
     let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
         "params": {"requestId": flight.upstream_id, "reason": reason}});
     let (transport, wire) = (flight.session.transport.clone(), flight.wire.clone());
-    tokio::spawn(async move {
+    tokio::spawn(crate::observe::with_hop(async move {
         let _ = transport.post(&wire, &note).await;
-    });
+    }));
     flight.metrics.upstream_cancellations.get_or_create(&Metrics::route(&flight.session.key.route)).inc();
     Done::Cancelled
 }

@@ -191,6 +191,14 @@ impl Bridge {
             }
             Some(_) => return Err(self.rejected(target, Rejected::Invalid)),
         };
+        // The gateway's hop in place of the client's `_meta.traceparent`.
+        let client_trace = call.meta.passthrough.get("traceparent").and_then(Value::as_str);
+        let body = match (client_trace, crate::observe::hop()) {
+            (Some(client), Some(hop)) if crate::observe::traceparent::parse(client).is_some() => {
+                crate::observe::traceparent::swap_in_body(&body, client, &hop).unwrap_or(body)
+            }
+            _ => body,
+        };
         let mut out: Vec<(&str, &str)> = headers
             .iter()
             .filter(|(k, _)| crate::front::headers::is_mcp(k))
