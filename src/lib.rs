@@ -9,6 +9,7 @@ pub mod bridge;
 pub mod cluster;
 pub mod config;
 pub mod conn;
+pub mod cors;
 pub mod demo;
 pub mod error;
 pub mod front;
@@ -20,6 +21,7 @@ pub mod ratelog;
 pub mod reply;
 pub mod seal;
 pub mod server;
+pub mod tls;
 pub mod upstream;
 
 use std::net::SocketAddr;
@@ -44,6 +46,9 @@ pub struct Running {
     pub addr: SocketAddr,
     /// The internal listener's address (cluster mode).
     pub internal_addr: Option<SocketAddr>,
+    /// The public listener's certificate (`[server.tls]`): a reload swaps it
+    /// ([`tls::Certs::swap`] with the new config's pair, or [`tls::Certs::reload`]).
+    pub tls: Option<Arc<tls::Certs>>,
     drain: CancellationToken,
     task: JoinHandle<()>,
 }
@@ -70,16 +75,18 @@ impl Running {
 
     /// The MCP endpoint URL of the first route.
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{}", self.addr, path)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}{}", self.addr, path)
     }
 }
 
 /// Probes every route's upstream once (what `check-config --probe` prints):
-/// `(route, upstream name, URL, what it speaks)`.
-pub async fn probe_upstreams(config: &Config) -> Vec<(String, String, String, String)> {
+/// `(route, upstream name, URL, what it speaks)`; an error when an
+/// upstream's header value cannot be read.
+pub async fn probe_upstreams(config: &Config) -> Result<Vec<(String, String, String, String)>, String> {
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = metrics::Metrics::register(&mut registry);
-    let targets = bridge::Targets::new(config, &metrics);
+    let targets = bridge::Targets::new(config, &metrics)?;
     let mut out = Vec::new();
     for t in targets.all() {
         let found = match t.generation().await {
@@ -89,7 +96,7 @@ pub async fn probe_upstreams(config: &Config) -> Vec<(String, String, String, St
         let urls: Vec<&str> = t.instances().iter().map(|i| i.instance()).collect();
         out.push((t.route.path.clone(), t.route.upstream.name.clone(), urls.join(" "), found));
     }
-    out
+    Ok(out)
 }
 
 /// How long shutdown waits for upstream sessions to be closed with `DELETE`.
@@ -106,6 +113,7 @@ pub async fn run(config: Config) -> std::io::Result<Running> {
     let internal_addr = internal.as_ref().map(TcpListener::local_addr).transpose()?;
     let drain_timeout = config.drain_timeout;
     let config_tls = config.cluster.as_ref().and_then(|c| c.tls.clone());
+    let certs = config.tls.as_ref().map(tls::Certs::new);
     let (drain, stop) = (CancellationToken::new(), CancellationToken::new());
     let gateway = Arc::new(server::Gateway::new(config, stop.clone()).map_err(std::io::Error::other)?);
     // What each `auto` upstream speaks, found now rather than on the first
@@ -126,7 +134,13 @@ pub async fn run(config: Config) -> std::io::Result<Running> {
                 gateway.auth().verifiers().map(|v| v.clone().run_refresh(stop.clone())).collect();
             async move { drop(futures_util::future::join_all(refreshers).await) }
         }),
-        tokio::spawn(server::serve(gateway.clone(), listener, stop.clone(), server::Listener::Public, None)),
+        tokio::spawn(server::serve(
+            gateway.clone(),
+            listener,
+            stop.clone(),
+            server::Listener::Public,
+            certs.as_ref().map(tls::Certs::acceptor),
+        )),
     ];
     if let Some(internal) = internal {
         let tls = config_tls.as_ref().map(cluster::tls::acceptor);
@@ -151,5 +165,5 @@ pub async fn run(config: Config) -> std::io::Result<Running> {
             tracing::warn!("upstream sessions still closing at exit; left to the upstream's idle timeout");
         }
     });
-    Ok(Running { addr, internal_addr, drain, task })
+    Ok(Running { addr, internal_addr, tls: certs, drain, task })
 }

@@ -103,7 +103,9 @@ fn main() -> anyhow::Result<()> {
             let config = Config::from_file(&file)?;
             println!("{}: ok", file.display());
             if probe {
-                for (route, name, url, found) in runtime.block_on(sessionless::probe_upstreams(&config)) {
+                let found =
+                    runtime.block_on(sessionless::probe_upstreams(&config)).map_err(anyhow::Error::msg)?;
+                for (route, name, url, found) in found {
                     println!("{route} -> {name} ({url}): {found}");
                 }
             }

@@ -29,6 +29,7 @@ use crate::front::{self, Message, SUPPORTED_VERSIONS};
 use crate::metrics::{EndedLabels, HeaderLabels, Metrics};
 use crate::ratelog::RateLimitedLog;
 use crate::reply::{self, Body, Reply};
+use crate::upstream::credentials::{client_token, Secret, CLIENT_TOKEN};
 
 pub struct Gateway {
     config: Arc<Config>,
@@ -59,7 +60,7 @@ impl Gateway {
         let mut registry = Registry::default();
         let metrics = Metrics::register(&mut registry);
         let services = Arc::new(Services::new(&config, metrics.clone(), shutdown));
-        let targets = Arc::new(Targets::new(&config, &metrics));
+        let targets = Arc::new(Targets::new(&config, &metrics)?);
         let gate = config.cluster.as_ref().map(|c| cluster::Gate::new(c, metrics.internal_refused.clone()));
         let legacy_legacy = legacy_legacy::Bridge::new(&config, services.clone());
         let quota = legacy_legacy.session_quota();
@@ -113,6 +114,27 @@ impl Gateway {
     }
 
     pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+        // CORS: the route's policy, or the server's (for `/.well-known/`).
+        let cors = match self.targets.get(req.uri().path()) {
+            Some(target) => target.route.cors.clone(),
+            None => self.config.cors.clone(),
+        };
+        // Only its `Origin` is kept for the answer.
+        let request: Option<HeaderMap> = cors.as_ref().map(|_| {
+            let origins = req.headers().get_all(http::header::ORIGIN).iter();
+            origins.map(|v| (http::header::ORIGIN, v.clone())).collect()
+        });
+        if let Some(cors) = cors.as_ref().filter(|_| crate::cors::is_preflight(req.method(), req.headers())) {
+            return Ok(cors.preflight(req.headers()));
+        }
+        let mut resp = self.route(req).await;
+        if let (Some(cors), Some(request)) = (cors, request) {
+            cors.decorate(&request, &mut resp);
+        }
+        Ok(resp)
+    }
+
+    async fn route(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
         let resp = match req.uri().path() {
             "/healthz" => reply::text(StatusCode::OK, "text/plain", "ok\n".into()),
             "/readyz" if self.draining.load(Ordering::SeqCst) => {
@@ -123,11 +145,17 @@ impl Gateway {
             path if path.starts_with(crate::auth::METADATA_PATH) => crate::auth::metadata(&self.config, path)
                 .unwrap_or_else(|| reply::text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into())),
             path => match self.targets.get(path).cloned() {
-                Some(target) => self.mcp(target, req).await,
+                Some(target) => {
+                    // Sent upstream only once `mcp` has verified it (nothing is sent before).
+                    let token = forwarded_token(&target, req.headers());
+                    let route = target.route.clone();
+                    let resp = CLIENT_TOKEN.scope(token, self.mcp(target, req)).await;
+                    challenge_upstream_refusal(&route, resp)
+                }
                 None => reply::text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
             },
         };
-        Ok(resp)
+        resp
     }
 
     /// `/readyz`: 200 and what each upstream speaks (a refused upstream is
@@ -199,10 +227,11 @@ impl Gateway {
         // stream and its end. Without a legacy marker they stay 405.
         let session_verb = parts.method == http::Method::GET || parts.method == http::Method::DELETE;
         let legacy_verb = session_verb && front::generation::by_headers(&parts.headers) == ByHeaders::Legacy;
+        let cors = target.route.cors.as_deref();
         let checked = if legacy_verb {
-            crate::guard::check_origin(&self.config, parts.uri.authority(), &parts.headers)
+            crate::guard::check_origin(&self.config, cors, parts.uri.authority(), &parts.headers)
         } else {
-            crate::guard::check(&self.config, &parts.method, parts.uri.authority(), &parts.headers)
+            crate::guard::check(&self.config, cors, &parts.method, parts.uri.authority(), &parts.headers)
         };
         let client = if legacy_verb { Generation::Legacy } else { Generation::Modern };
         if let Err(e) = checked {
@@ -536,9 +565,39 @@ impl Gateway {
     }
 }
 
+/// The client's `Authorization`, for a route whose upstream takes it
+/// (`forward_authorization`: a `jwt` route of the upstream's audience,
+/// checked at load; the token's audience is checked by the policy).
+fn forwarded_token(target: &Target, headers: &HeaderMap) -> Option<Secret> {
+    target.route.upstream.forward_authorization.as_ref()?;
+    let mut values = headers.get_all(http::header::AUTHORIZATION).iter();
+    match (values.next(), values.next()) {
+        (Some(v), None) => Secret::new(v.to_str().ok()?).ok(),
+        _ => None,
+    }
+}
+
+/// An upstream's 401 or 403 to a forwarded token becomes the gateway's own
+/// challenge: its `WWW-Authenticate` and metadata, never the upstream's.
+fn challenge_upstream_refusal(route: &crate::config::Route, mut resp: Response<Body>) -> Response<Body> {
+    let status = resp.status().as_u16();
+    let (Some(policy), true) = (&route.auth, route.upstream.forward_authorization.is_some()) else {
+        return resp;
+    };
+    if matches!(status, 401 | 403) && !resp.headers().contains_key(http::header::WWW_AUTHENTICATE) {
+        let e = Error::UpstreamDenied { status, client_token: true };
+        resp.headers_mut().insert(http::header::WWW_AUTHENTICATE, crate::auth::challenge(policy, &e));
+    }
+    resp
+}
+
 /// Runs `work` until it has written its answer (then on in a task of its
-/// own if it goes on streaming); the answer.
+/// own if it goes on streaming, keeping the request's forwarded token); the answer.
 async fn answer_of(work: Work, answer: tokio::sync::oneshot::Receiver<Response<Body>>) -> Response<Body> {
+    let work: Work = match client_token() {
+        Some(token) => Box::pin(CLIENT_TOKEN.scope(Some(token), work)),
+        None => work,
+    };
     match (Inline { work: Some(work), answer }).await {
         Ok(resp) => resp,
         Err(_) => reply::json_response(

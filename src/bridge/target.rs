@@ -16,6 +16,7 @@ use crate::config::{Config, LegacyClientMode, Route, UpstreamGeneration};
 use crate::error::Error;
 use crate::metrics::{GenerationLabels, Metrics, RouteUpstreamLabels};
 use crate::ratelimit::RateLimits;
+use crate::upstream::credentials::Credentials;
 use crate::upstream::probe::{self, Found};
 use crate::upstream::Transport;
 
@@ -193,7 +194,9 @@ const HEALTH_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Targets(Vec<Arc<Target>>);
 
 impl Targets {
-    pub fn new(config: &Config, metrics: &Metrics) -> Targets {
+    /// Reads the upstreams' configured header values: a missing one is an
+    /// error naming the upstream, header and variable or file.
+    pub fn new(config: &Config, metrics: &Metrics) -> Result<Targets, String> {
         let max = config.limits.max_upstream_response_bytes;
         // One set of slots per upstream, whichever routes use it.
         let mut slots: HashMap<&str, Arc<Semaphore>> = HashMap::new();
@@ -202,35 +205,36 @@ impl Targets {
                 slots.entry(&u.name).or_insert_with(|| Arc::new(Semaphore::new(n)));
             }
         }
-        Targets(
-            config
-                .routes
-                .iter()
-                .map(|r| {
-                    let instances = r
-                        .upstream
-                        .urls
-                        .iter()
-                        .map(|url| Transport::new(r.upstream.clone(), url, max, metrics, &r.path))
-                        .collect();
-                    let labels =
-                        RouteUpstreamLabels { route: r.path.clone(), upstream: r.upstream.name.clone() };
-                    let breaker = metrics.upstream_breaker_open.get_or_create(&labels).clone();
-                    breaker.set(0);
-                    Arc::new(Target {
-                        route: r.clone(),
-                        instances,
-                        next: AtomicUsize::new(0),
-                        detected: Detected::new(r.upstream.generation, metrics.clone(), r),
-                        limits: RateLimits::new(r, config.limits.max_rate_limit_keys, metrics),
-                        slots: slots.get(r.upstream.name.as_str()).cloned(),
-                        busy: metrics.upstream_busy.get_or_create(&labels).clone(),
-                        breaker,
-                        breaker_was_open: AtomicBool::new(false),
+        let targets = config
+            .routes
+            .iter()
+            .map(|r| {
+                let credentials = Credentials::load(&r.upstream)?;
+                let instances = r
+                    .upstream
+                    .urls
+                    .iter()
+                    .map(|url| {
+                        Transport::new(r.upstream.clone(), url, max, metrics, &r.path, credentials.clone())
                     })
-                })
-                .collect(),
-        )
+                    .collect();
+                let labels = RouteUpstreamLabels { route: r.path.clone(), upstream: r.upstream.name.clone() };
+                let breaker = metrics.upstream_breaker_open.get_or_create(&labels).clone();
+                breaker.set(0);
+                Ok(Arc::new(Target {
+                    route: r.clone(),
+                    instances,
+                    next: AtomicUsize::new(0),
+                    detected: Detected::new(r.upstream.generation, metrics.clone(), r),
+                    limits: RateLimits::new(r, config.limits.max_rate_limit_keys, metrics),
+                    slots: slots.get(r.upstream.name.as_str()).cloned(),
+                    busy: metrics.upstream_busy.get_or_create(&labels).clone(),
+                    breaker,
+                    breaker_was_open: AtomicBool::new(false),
+                }))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(Targets(targets))
     }
 
     pub fn get(&self, path: &str) -> Option<&Arc<Target>> {

@@ -92,16 +92,21 @@ pub enum SecretSource {
 }
 
 impl SecretSource {
-    /// The secret's bytes (trailing whitespace of a file trimmed).
-    pub fn read(&self) -> Result<Vec<u8>, String> {
-        let raw = match self {
+    /// The secret's text as stored; errors name the variable or file, never a value.
+    pub fn read_string(&self) -> Result<String, String> {
+        match self {
             SecretSource::Env(name) => {
-                std::env::var(name).map_err(|_| format!("environment variable {name} is not set"))?
+                std::env::var(name).map_err(|_| format!("environment variable {name} is not set"))
             }
             SecretSource::File(path) => {
-                std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?
+                std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
             }
-        };
+        }
+    }
+
+    /// The secret's bytes (trailing whitespace of a file trimmed).
+    pub fn read(&self) -> Result<Vec<u8>, String> {
+        let raw = self.read_string()?;
         let secret = raw.trim_end().as_bytes().to_vec();
         if secret.len() < 32 {
             return Err("an HS256 secret must be at least 32 bytes".into());
