@@ -208,6 +208,38 @@ async fn the_verified_token_is_forwarded_only_where_opted_in_in_both_legacy_cell
     gw.stop().await;
 }
 
+#[tokio::test]
+async fn the_verified_token_reaches_a_modern_upstream_from_both_client_generations_and_shared_fetches_go_without(
+) {
+    let d = dir("forward-modern");
+    let up = ModernUpstream::start().await;
+    let text = forwarding(&d, &up.url)
+        .replace("generation = \"legacy\"", "generation = \"modern\"\nlegacy_clients = \"translate\"");
+    let gw = Gateway::with_config(Config::from_toml(&text).unwrap()).await;
+    let token = Signer::hs().sign(&claims("alice", "mcp"));
+    let reply = support::ModernRequest::new(support::client::http_client(), gw.url("/fwd"), "tools/call")
+        .params(json!({"name": "stream", "arguments": {}}))
+        .bearer(&token)
+        .send()
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    let legacy = Legacy::at(gw.url("/fwd")).bearer(&token);
+    let session = legacy.open().await;
+    assert_eq!(legacy.call(&session, json!(3), "stream").await.status, 200);
+
+    let bearer = format!("Bearer {token}");
+    let calls: Vec<_> = up.seen().into_iter().filter(|r| r.body["method"] == "tools/call").collect();
+    assert_eq!(calls.len(), 2, "{:?}", up.seen());
+    for r in &calls {
+        assert_eq!(r.headers.get("authorization").unwrap(), bearer.as_str());
+    }
+    // The discover result (a legacy client's initialize) serves every caller.
+    let shared: Vec<_> = up.seen().into_iter().filter(|r| r.body["method"] != "tools/call").collect();
+    assert!(shared.iter().any(|r| r.body["method"] == "server/discover"));
+    assert!(shared.iter().all(|r| r.headers.get("authorization").is_none()), "{shared:?}");
+    gw.stop().await;
+}
+
 /// An upstream that refuses everything with a challenge of its own.
 async fn refusing(status: u16) -> (String, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

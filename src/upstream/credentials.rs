@@ -123,6 +123,12 @@ tokio::task_local! {
     pub static CLIENT_TOKEN: Option<Secret>;
 }
 
+/// Runs `work` without the client's token: for what is fetched once and
+/// shared by every caller of a route (probes, a discover result, tool annotations).
+pub async fn without_client_token<F: std::future::Future>(work: F) -> F::Output {
+    CLIENT_TOKEN.scope(None, work).await
+}
+
 /// The client's token for the request this task serves, if it is forwarded.
 pub fn client_token() -> Option<Secret> {
     CLIENT_TOKEN.try_with(Clone::clone).ok().flatten()
