@@ -567,14 +567,17 @@ impl Gateway {
 
 /// The client's `Authorization`, for a route whose upstream takes it
 /// (`forward_authorization`: a `jwt` route of the upstream's audience,
-/// checked at load; the token's audience is checked by the policy).
+/// checked at load), when its `aud` names that upstream (the policy has
+/// verified the token before anything is sent).
 fn forwarded_token(target: &Target, headers: &HeaderMap) -> Option<Secret> {
-    target.route.upstream.forward_authorization.as_ref()?;
+    let audience = target.route.upstream.forward_authorization.as_ref()?;
     let mut values = headers.get_all(http::header::AUTHORIZATION).iter();
-    match (values.next(), values.next()) {
-        (Some(v), None) => Secret::new(v.to_str().ok()?).ok(),
-        _ => None,
-    }
+    let (Some(value), None) = (values.next(), values.next()) else { return None };
+    let value = value.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let ours =
+        scheme.eq_ignore_ascii_case("bearer") && crate::auth::jwt::audience_includes(token.trim(), audience);
+    ours.then(|| Secret::new(value).ok()).flatten()
 }
 
 /// An upstream's 401 or 403 to a forwarded token becomes the gateway's own
