@@ -49,6 +49,27 @@ X-Tenant = {{ value_file = "{}" }}
     )
 }
 
+/// A modern client's call of `tool` on `path`, then a legacy client's
+/// session and call, each with `token`: the legacy client and its session.
+async fn call_from_both_generations<'g>(
+    gw: &'g Gateway,
+    path: &str,
+    tool: &str,
+    token: &str,
+) -> (Legacy<'g>, String) {
+    let reply = support::ModernRequest::new(support::client::http_client(), gw.url(path), "tools/call")
+        .params(json!({"name": tool, "arguments": {}}))
+        .bearer(token)
+        .send()
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    let legacy = Legacy::at(gw.url(path)).bearer(token);
+    let session = legacy.open().await;
+    let called = legacy.call(&session, json!(5), tool).await;
+    assert_eq!(called.status, 200, "{}", called.raw);
+    (legacy, session)
+}
+
 #[tokio::test]
 async fn configured_headers_reach_a_legacy_upstream_from_both_client_generations_and_the_client_token_never_does(
 ) {
@@ -61,18 +82,8 @@ async fn configured_headers_reach_a_legacy_upstream_from_both_client_generations
         + "[[routes]]\npath = \"/mcp\"\nupstream = \"u\"\n";
     let gw = Gateway::with_config(Config::from_toml(&text).unwrap()).await;
 
-    // A modern client: pooled session (initialize, initialized), then the call.
-    let reply = gw
-        .request("tools/call")
-        .params(json!({"name": "echo", "arguments": {}}))
-        .bearer("client-secret")
-        .send()
-        .await;
-    assert_eq!(reply.status, 200, "{}", reply.raw);
-    // A legacy client: relayed session, call, end.
-    let legacy = Legacy::new(&gw).bearer("client-secret");
-    let session = legacy.open().await;
-    assert_eq!(legacy.call(&session, json!(5), "echo").await.status, 200);
+    // A modern client on a pooled session, a legacy client relayed, then its end.
+    let (legacy, session) = call_from_both_generations(&gw, "/mcp", "echo", "client-secret").await;
     let ended = legacy.verb(http::Method::DELETE, Some(&session)).await;
     assert!(ended.status().is_success(), "{}", ended.status());
     up.wait_for("the relayed DELETE", |s| s.method == http::Method::DELETE).await;
@@ -98,17 +109,8 @@ async fn configured_headers_reach_a_modern_upstream_on_probes_and_from_both_clie
         + "[[routes]]\npath = \"/mcp\"\nupstream = \"m\"\n";
     let gw = Gateway::with_config(Config::from_toml(&text).unwrap()).await;
 
-    let reply = gw
-        .request("tools/call")
-        .params(json!({"name": "stream", "arguments": {}}))
-        .bearer("client-secret")
-        .send()
-        .await;
-    assert_eq!(reply.status, 200, "{}", reply.raw);
-    // A legacy client, translated into stateless calls.
-    let legacy = Legacy::new(&gw).bearer("client-secret");
-    let session = legacy.open().await;
-    assert_eq!(legacy.call(&session, json!(5), "stream").await.status, 200);
+    // Passed through, and a legacy client translated into stateless calls.
+    call_from_both_generations(&gw, "/mcp", "stream", "client-secret").await;
 
     let seen = up.seen();
     assert!(seen.iter().any(|r| r.body["method"] == "server/discover"), "the probe is among them");
@@ -195,10 +197,7 @@ async fn the_verified_token_is_forwarded_only_where_opted_in_in_both_legacy_cell
     assert!(!kept.is_empty());
     assert!(kept.iter().all(|s| s.header("authorization").is_none()), "no opt-in, no token");
 
-    assert_eq!(call("/fwd").send().await.status, 200);
-    let legacy = Legacy::at(gw.url("/fwd")).bearer(&token);
-    let session = legacy.open().await;
-    assert_eq!(legacy.call(&session, json!(3), "echo").await.status, 200);
+    call_from_both_generations(&gw, "/fwd", "echo", &token).await;
     let forwarded: Vec<_> = up.seen().into_iter().skip(kept.len()).collect();
     assert!(forwarded.len() >= 5, "{}", up.dump());
     let bearer = format!("Bearer {token}");
@@ -217,15 +216,7 @@ async fn the_verified_token_reaches_a_modern_upstream_from_both_client_generatio
         .replace("generation = \"legacy\"", "generation = \"modern\"\nlegacy_clients = \"translate\"");
     let gw = Gateway::with_config(Config::from_toml(&text).unwrap()).await;
     let token = Signer::hs().sign(&claims("alice", "mcp"));
-    let reply = support::ModernRequest::new(support::client::http_client(), gw.url("/fwd"), "tools/call")
-        .params(json!({"name": "stream", "arguments": {}}))
-        .bearer(&token)
-        .send()
-        .await;
-    assert_eq!(reply.status, 200, "{}", reply.raw);
-    let legacy = Legacy::at(gw.url("/fwd")).bearer(&token);
-    let session = legacy.open().await;
-    assert_eq!(legacy.call(&session, json!(3), "stream").await.status, 200);
+    call_from_both_generations(&gw, "/fwd", "stream", &token).await;
 
     let bearer = format!("Bearer {token}");
     let calls: Vec<_> = up.seen().into_iter().filter(|r| r.body["method"] == "tools/call").collect();
