@@ -29,7 +29,7 @@ use crate::front::{self, Message, SUPPORTED_VERSIONS};
 use crate::metrics::{EndedLabels, HeaderLabels, Metrics};
 use crate::ratelog::RateLimitedLog;
 use crate::reply::{self, Body, Reply};
-use crate::upstream::credentials::{client_token, Secret, CLIENT_TOKEN};
+use crate::upstream::credentials::{client_token, Forwarded, Secret, CLIENT_TOKEN};
 
 pub struct Gateway {
     config: Arc<Config>,
@@ -147,10 +147,13 @@ impl Gateway {
             path => match self.targets.get(path).cloned() {
                 Some(target) => {
                     // Sent upstream only once `mcp` has verified it (nothing is sent before).
-                    let token = forwarded_token(&target, req.headers());
+                    let forwarded = forwarded_token(&target, req.headers()).map(Forwarded::new);
                     let route = target.route.clone();
-                    let resp = CLIENT_TOKEN.scope(token, self.mcp(target, req)).await;
-                    challenge_upstream_refusal(&route, resp)
+                    let resp = CLIENT_TOKEN.scope(forwarded.clone(), self.mcp(target, req)).await;
+                    match forwarded.filter(|f| f.refused()) {
+                        Some(_) => challenge_upstream_refusal(&route, resp),
+                        None => resp,
+                    }
                 }
                 None => reply::text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
             },
@@ -580,13 +583,12 @@ fn forwarded_token(target: &Target, headers: &HeaderMap) -> Option<Secret> {
     ours.then(|| Secret::new(value).ok()).flatten()
 }
 
-/// An upstream's 401 or 403 to a forwarded token becomes the gateway's own
-/// challenge: its `WWW-Authenticate` and metadata, never the upstream's.
+/// An upstream's 401 or 403 to a forwarded token (answered with
+/// [`Error::UpstreamDenied`]) becomes the gateway's own challenge: its
+/// `WWW-Authenticate` and metadata, never the upstream's.
 fn challenge_upstream_refusal(route: &crate::config::Route, mut resp: Response<Body>) -> Response<Body> {
     let status = resp.status().as_u16();
-    let (Some(policy), true) = (&route.auth, route.upstream.forward_authorization.is_some()) else {
-        return resp;
-    };
+    let Some(policy) = &route.auth else { return resp };
     if matches!(status, 401 | 403) && !resp.headers().contains_key(http::header::WWW_AUTHENTICATE) {
         let e = Error::UpstreamDenied { status, client_token: true };
         resp.headers_mut().insert(http::header::WWW_AUTHENTICATE, crate::auth::challenge(policy, &e));

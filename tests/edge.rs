@@ -261,37 +261,43 @@ async fn refusing(status: u16) -> (String, tokio::task::JoinHandle<()>) {
 }
 
 #[tokio::test]
-async fn an_upstream_401_to_a_forwarded_token_is_the_gateways_own_challenge() {
+async fn an_upstream_401_or_403_to_a_forwarded_token_is_the_gateways_own_challenge() {
     let d = dir("refused");
-    let (url, task) = refusing(401).await;
-    let gw = Gateway::with_config(Config::from_toml(&forwarding(&d, &url)).unwrap()).await;
-    let token = Signer::hs().sign(&claims("alice", "mcp"));
-    let call = |path: &str| {
-        support::ModernRequest::new(support::client::http_client(), gw.url(path), "tools/call")
-            .id(json!("r-1"))
-            .params(json!({"name": "echo", "arguments": {}}))
-            .bearer(&token)
-    };
+    for (status, code, error) in [(401, -31001, "invalid_token"), (403, -31003, "insufficient_scope")] {
+        let (url, task) = refusing(status).await;
+        let gw = Gateway::with_config(Config::from_toml(&forwarding(&d, &url)).unwrap()).await;
+        let token = Signer::hs().sign(&claims("alice", "mcp"));
+        let call = |path: &str| {
+            support::ModernRequest::new(support::client::http_client(), gw.url(path), "tools/call")
+                .id(json!("r-1"))
+                .params(json!({"name": "echo", "arguments": {}}))
+                .bearer(&token)
+        };
 
-    let reply = call("/fwd").send().await;
-    reply.assert_error(401, -31001, &json!("r-1"));
-    let challenge = reply.headers["www-authenticate"].to_str().unwrap();
-    assert!(challenge.contains("error=\"invalid_token\""), "{challenge}");
-    assert!(
-        challenge.contains("resource_metadata=\"https://gw.test/.well-known/oauth-protected-resource/jwt\""),
-        "{challenge}"
-    );
-    assert!(!reply.raw.contains("upstream.internal") && !challenge.contains("upstream.internal"));
+        let modern = call("/fwd").send().await;
+        modern.assert_error(status, code, &json!("r-1"));
+        // A legacy client's initialize, relayed: the same challenge, its id echoed.
+        let legacy = Legacy::at(gw.url("/fwd")).bearer(&token);
+        let relayed = legacy.post(None, support::legacy::init_body(json!(0))).await;
+        relayed.assert_error(status, code, &json!(0));
+        for reply in [&modern, &relayed] {
+            let challenge = reply.headers["www-authenticate"].to_str().unwrap();
+            assert!(challenge.contains(&format!("error=\"{error}\"")), "{challenge}");
+            let metadata = "resource_metadata=\"https://gw.test/.well-known/oauth-protected-resource/jwt\"";
+            assert!(challenge.contains(metadata), "{challenge}");
+            assert!(!reply.raw.contains("upstream.internal") && !challenge.contains("upstream.internal"));
+        }
 
-    // Without forwarding the refusal is of the gateway's own credentials.
-    let reply = call("/kept").send().await;
-    assert_eq!(reply.status, 502, "{}", reply.raw);
-    assert_eq!(reply.body["id"], "r-1");
-    assert_eq!(reply.body["error"]["data"]["reason"], "upstream_refused_credentials");
-    assert!(reply.headers.get("www-authenticate").is_none());
-    assert!(!reply.raw.contains("upstream.internal"));
-    gw.stop().await;
-    task.abort();
+        // Without forwarding the refusal is of the gateway's own credentials.
+        let reply = call("/kept").send().await;
+        assert_eq!(reply.status, 502, "{}", reply.raw);
+        assert_eq!(reply.body["id"], "r-1");
+        assert_eq!(reply.body["error"]["data"]["reason"], "upstream_refused_credentials");
+        assert!(reply.headers.get("www-authenticate").is_none());
+        assert!(!reply.raw.contains("upstream.internal"));
+        gw.stop().await;
+        task.abort();
+    }
 }
 
 /// A certificate for 127.0.0.1 signed by a fresh CA: (cert, key, ca) files in `d`.

@@ -117,10 +117,32 @@ impl Credentials {
     }
 }
 
+/// A client request's token, forwarded, and whether an upstream refused it.
+#[derive(Debug)]
+pub struct Forwarded {
+    pub token: Secret,
+    refused: std::sync::atomic::AtomicBool,
+}
+
+impl Forwarded {
+    pub fn new(token: Secret) -> Arc<Forwarded> {
+        Arc::new(Forwarded { token, refused: Default::default() })
+    }
+
+    /// An upstream answered 401 or 403 to it.
+    pub fn refuse(&self) {
+        self.refused.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn refused(&self) -> bool {
+        self.refused.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 tokio::task_local! {
     /// The `Authorization` of the client request this task serves, set only
     /// on a route whose upstream takes it (see [`crate::server`]).
-    pub static CLIENT_TOKEN: Option<Secret>;
+    pub static CLIENT_TOKEN: Option<Arc<Forwarded>>;
 }
 
 /// Runs `work` without the client's token: for what is fetched once and
@@ -130,7 +152,7 @@ pub async fn without_client_token<F: std::future::Future>(work: F) -> F::Output 
 }
 
 /// The client's token for the request this task serves, if it is forwarded.
-pub fn client_token() -> Option<Secret> {
+pub fn client_token() -> Option<Arc<Forwarded>> {
     CLIENT_TOKEN.try_with(Clone::clone).ok().flatten()
 }
 

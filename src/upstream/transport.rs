@@ -270,7 +270,7 @@ impl Transport {
     ) -> Result<h1::Response, PostError> {
         let inner = &*self.0;
         let token = inner.credentials.forwards().then(super::credentials::client_token).flatten();
-        let headers = inner.credentials.add(headers, token.as_ref());
+        let headers = inner.credentials.add(headers, token.as_ref().map(|f| &f.token));
         let send = inner.http.send(method, &headers, body);
         match tokio::time::timeout(inner.upstream.response_timeout, send).await {
             Err(_) => {
@@ -293,10 +293,12 @@ impl Transport {
             }
             Ok(Ok(resp)) => {
                 inner.counts.status(resp.status).inc();
-                match resp.status {
-                    401 | 403 => {
-                        Err(PostError::Denied { status: resp.status, client_token: token.is_some() })
+                match (resp.status, &token) {
+                    (401 | 403, Some(forwarded)) => {
+                        forwarded.refuse();
+                        Err(PostError::Denied { status: resp.status, client_token: true })
                     }
+                    (401 | 403, None) => Err(PostError::Denied { status: resp.status, client_token: false }),
                     _ => Ok(resp),
                 }
             }
