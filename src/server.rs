@@ -115,7 +115,8 @@ impl Gateway {
 
     pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
         // CORS: the route's policy, or the server's (for `/.well-known/`).
-        let cors = match self.targets.get(req.uri().path()) {
+        let target = self.targets.get(req.uri().path()).cloned();
+        let cors = match &target {
             Some(target) => target.route.cors.clone(),
             None => self.config.cors.clone(),
         };
@@ -127,15 +128,16 @@ impl Gateway {
         if let Some(cors) = cors.as_ref().filter(|_| crate::cors::is_preflight(req.method(), req.headers())) {
             return Ok(cors.preflight(req.headers()));
         }
-        let mut resp = self.route(req).await;
+        let mut resp = self.route(req, target).await;
         if let (Some(cors), Some(request)) = (cors, request) {
             cors.decorate(&request, &mut resp);
         }
         Ok(resp)
     }
 
-    async fn route(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
-        let resp = match req.uri().path() {
+    /// `target`: the route of the request's path, if it names one.
+    async fn route(self: Arc<Self>, req: Request<Incoming>, target: Option<Arc<Target>>) -> Response<Body> {
+        match req.uri().path() {
             "/healthz" => reply::text(StatusCode::OK, "text/plain", "ok\n".into()),
             "/readyz" if self.draining.load(Ordering::SeqCst) => {
                 reply::text(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "draining\n".into())
@@ -144,7 +146,7 @@ impl Gateway {
             "/metrics" => self.metrics_text(),
             path if path.starts_with(crate::auth::METADATA_PATH) => crate::auth::metadata(&self.config, path)
                 .unwrap_or_else(|| reply::text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into())),
-            path => match self.targets.get(path).cloned() {
+            _ => match target {
                 Some(target) => {
                     // Sent upstream only once `mcp` has verified it (nothing is sent before).
                     let forwarded = forwarded_token(&target, req.headers()).map(Forwarded::new);
@@ -157,8 +159,7 @@ impl Gateway {
                 }
                 None => reply::text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
             },
-        };
-        resp
+        }
     }
 
     /// `/readyz`: 200 and what each upstream speaks (a refused upstream is

@@ -16,6 +16,9 @@ use http::{HeaderName, HeaderValue};
 
 use crate::config::Upstream;
 
+/// The longest value a header may carry (an upstream's head limit is usually 8–16 KiB in all).
+const MAX_VALUE_BYTES: usize = 8192;
+
 /// A header value that must not be shown: redacted in `Debug`.
 #[derive(Clone)]
 pub struct Secret(HeaderValue);
@@ -26,6 +29,9 @@ impl Secret {
         let value = value.trim();
         if value.is_empty() {
             return Err("is empty");
+        }
+        if value.len() > MAX_VALUE_BYTES {
+            return Err("is longer than 8192 bytes");
         }
         match HeaderValue::from_str(value) {
             Ok(mut v) if v.to_str().is_ok() => {
