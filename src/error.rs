@@ -79,6 +79,10 @@ pub enum Error {
     UpstreamInvalid(&'static str),
     #[error("upstream response too large")]
     UpstreamTooLarge,
+    /// The upstream answered 401 or 403: to the client's own token when
+    /// `client_token` (forwarded), else to the gateway's configured headers.
+    #[error("upstream refused the credentials")]
+    UpstreamDenied { status: u16, client_token: bool },
     #[error("upstream stream broke after the call was sent")]
     OutcomeUnknown,
     /// Another replica's internal listener refused a forwarded retry.
@@ -143,7 +147,8 @@ impl Error {
             | UpstreamTimeout
             | UpstreamInvalid(_)
             | UpstreamTooLarge
-            | OutcomeUnknown => Source::Upstream,
+            | OutcomeUnknown
+            | UpstreamDenied { client_token: false, .. } => Source::Upstream,
             Overloaded | Internal(_) | ReplicaRefused | QuestionDeclined(_) | UpstreamBusy => Source::Gateway,
             CircuitOpen => Source::Upstream,
             _ => Source::Client,
@@ -187,6 +192,8 @@ impl Error {
             UpstreamTimeout => "upstream_timeout",
             UpstreamInvalid(_) => "upstream_invalid",
             UpstreamTooLarge => "upstream_too_large",
+            UpstreamDenied { client_token: true, .. } => "upstream_refused_token",
+            UpstreamDenied { client_token: false, .. } => "upstream_refused_credentials",
             OutcomeUnknown => "outcome_unknown",
             Overloaded => "overloaded",
             RateLimited(_) => "rate_limited",
@@ -221,6 +228,10 @@ impl Error {
             UpstreamUnreachable | UpstreamRefused | UpstreamInvalid(_) | UpstreamTooLarge
             | OutcomeUnknown => StatusCode::BAD_GATEWAY,
             UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+            UpstreamDenied { status: 403, client_token: true } => StatusCode::FORBIDDEN,
+            UpstreamDenied { client_token: true, .. } => StatusCode::UNAUTHORIZED,
+            // The gateway's own credentials: nothing the client can fix.
+            UpstreamDenied { client_token: false, .. } => StatusCode::BAD_GATEWAY,
             ReplicaRefused => StatusCode::BAD_GATEWAY,
             Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
@@ -269,6 +280,22 @@ impl Error {
             | UpstreamTooLarge | OutcomeUnknown => {
                 (code::INTERNAL_ERROR, upstream_message(self).into(), Some(json!({"reason": self.reason()})))
             }
+            UpstreamDenied { status: 403, client_token: true } => (
+                code::FORBIDDEN,
+                "Forbidden: the upstream server refused this caller".into(),
+                Some(json!({"reason": self.reason()})),
+            ),
+            UpstreamDenied { client_token: true, .. } => (
+                code::UNAUTHORIZED,
+                "Unauthorized: the upstream server refused the token; get a new one (see WWW-Authenticate)"
+                    .into(),
+                Some(json!({"reason": self.reason()})),
+            ),
+            UpstreamDenied { client_token: false, .. } => (
+                code::INTERNAL_ERROR,
+                "Upstream server refused the gateway's credentials (gateway misconfiguration)".into(),
+                Some(json!({"reason": self.reason()})),
+            ),
             ReplicaRefused => (
                 code::INTERNAL_ERROR,
                 "Another gateway replica refused the forwarded retry (cluster misconfiguration)".into(),

@@ -7,29 +7,33 @@ use http::{header, HeaderMap, Method};
 use sha2::{Digest, Sha256};
 
 use crate::config::Config;
+use crate::cors::Cors;
 use crate::error::Error;
 
 /// `authority` is the request URI's (h2 `:authority`, or an absolute-form
-/// HTTP/1.1 target); `Host` is the header.
+/// HTTP/1.1 target); `Host` is the header. `cors`: the route's, whose
+/// origins are allowed here too.
 pub fn check(
     config: &Config,
+    cors: Option<&Cors>,
     method: &Method,
     authority: Option<&Authority>,
     headers: &HeaderMap,
 ) -> Result<(), Error> {
     http_method(method)?;
-    check_origin(config, authority, headers)?;
+    check_origin(config, cors, authority, headers)?;
     content_type(headers)
 }
 
 /// Host and Origin only: for a legacy session's GET and DELETE, which have no body.
 pub fn check_origin(
     config: &Config,
+    cors: Option<&Cors>,
     authority: Option<&Authority>,
     headers: &HeaderMap,
 ) -> Result<(), Error> {
     host(config, authority, headers)?;
-    origin(config, headers)
+    origin(config, cors, headers)
 }
 
 fn http_method(method: &Method) -> Result<(), Error> {
@@ -80,13 +84,14 @@ fn host(config: &Config, authority: Option<&Authority>, headers: &HeaderMap) -> 
     }
 }
 
-/// An `Origin` that is present must be a loopback origin or listed in the config.
-fn origin(config: &Config, headers: &HeaderMap) -> Result<(), Error> {
+/// An `Origin` that is present must be a loopback origin, listed in the
+/// config, or one the route's CORS allows (the Host check still applies).
+fn origin(config: &Config, cors: Option<&Cors>, headers: &HeaderMap) -> Result<(), Error> {
     let Some(value) = headers.get(header::ORIGIN) else {
         return Ok(());
     };
     let origin = value.to_str().map_err(|_| Error::OriginNotAllowed)?;
-    if config.allowed_origins.iter().any(|o| o == origin) {
+    if config.allowed_origins.iter().any(|o| o == origin) || cors.is_some_and(|c| c.allows(origin)) {
         return Ok(());
     }
     let authority = origin
@@ -154,11 +159,11 @@ mod tests {
     #[test]
     fn order_and_statuses() {
         let json = h(&[("content-type", "application/json; charset=utf-8"), ("host", "127.0.0.1:8080")]);
-        assert!(check(&cfg(), &Method::POST, None, &json).is_ok());
-        assert_eq!(check(&cfg(), &Method::GET, None, &json).unwrap_err().status(), 405);
-        assert_eq!(check(&cfg(), &Method::DELETE, None, &json).unwrap_err().status(), 405);
+        assert!(check(&cfg(), None, &Method::POST, None, &json).is_ok());
+        assert_eq!(check(&cfg(), None, &Method::GET, None, &json).unwrap_err().status(), 405);
+        assert_eq!(check(&cfg(), None, &Method::DELETE, None, &json).unwrap_err().status(), 405);
         let text = h(&[("content-type", "text/plain"), ("host", "localhost")]);
-        assert_eq!(check(&cfg(), &Method::POST, None, &text).unwrap_err().status(), 415);
+        assert_eq!(check(&cfg(), None, &Method::POST, None, &text).unwrap_err().status(), 415);
     }
 
     #[test]
@@ -168,42 +173,46 @@ mod tests {
             ("host", "evil.example.com"),
             ("origin", "http://evil.example.com"),
         ]);
-        assert_eq!(check(&cfg(), &Method::POST, None, &evil).unwrap_err().status(), 403);
+        assert_eq!(check(&cfg(), None, &Method::POST, None, &evil).unwrap_err().status(), 403);
         let evil_origin = h(&[
             ("content-type", "application/json"),
             ("host", "localhost"),
             ("origin", "http://evil.example.com"),
         ]);
-        assert_eq!(check(&cfg(), &Method::POST, None, &evil_origin).unwrap_err().status(), 403);
+        assert_eq!(check(&cfg(), None, &Method::POST, None, &evil_origin).unwrap_err().status(), 403);
         let local = h(&[
             ("content-type", "application/json"),
             ("host", "127.0.0.1:8080"),
             ("origin", "http://localhost:3000"),
         ]);
-        assert!(check(&cfg(), &Method::POST, None, &local).is_ok());
+        assert!(check(&cfg(), None, &Method::POST, None, &local).is_ok());
         let v6 = h(&[("content-type", "application/json"), ("host", "[::1]:8080")]);
-        assert!(check(&cfg(), &Method::POST, None, &v6).is_ok());
+        assert!(check(&cfg(), None, &Method::POST, None, &v6).is_ok());
     }
 
     #[test]
     fn a_request_that_names_no_host_or_a_foreign_authority_is_refused() {
         let json = h(&[("content-type", "application/json")]);
-        assert_eq!(check(&cfg(), &Method::POST, None, &json).unwrap_err().status(), 403, "no Host at all");
+        assert_eq!(
+            check(&cfg(), None, &Method::POST, None, &json).unwrap_err().status(),
+            403,
+            "no Host at all"
+        );
         let local: Authority = "127.0.0.1:8080".parse().unwrap();
-        assert!(check(&cfg(), &Method::POST, Some(&local), &json).is_ok(), "h2 :authority");
+        assert!(check(&cfg(), None, &Method::POST, Some(&local), &json).is_ok(), "h2 :authority");
         let evil: Authority = "evil.example.com".parse().unwrap();
-        assert_eq!(check(&cfg(), &Method::POST, Some(&evil), &json).unwrap_err().status(), 403);
+        assert_eq!(check(&cfg(), None, &Method::POST, Some(&evil), &json).unwrap_err().status(), 403);
         let with_host = h(&[("content-type", "application/json"), ("host", "localhost")]);
         assert_eq!(
-            check(&cfg(), &Method::POST, Some(&evil), &with_host).unwrap_err().status(),
+            check(&cfg(), None, &Method::POST, Some(&evil), &with_host).unwrap_err().status(),
             403,
             "an allowed Host does not excuse a foreign :authority"
         );
         let v6: Authority = "[::1]:8080".parse().unwrap();
-        assert!(check(&cfg(), &Method::POST, Some(&v6), &json).is_ok());
+        assert!(check(&cfg(), None, &Method::POST, Some(&v6), &json).is_ok());
         let mut open = cfg();
         open.allowed_hosts = None;
-        assert!(check(&open, &Method::POST, None, &json).is_ok(), "a public listener checks no host");
+        assert!(check(&open, None, &Method::POST, None, &json).is_ok(), "a public listener checks no host");
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod bridge;
 pub mod cluster;
 pub mod config;
 pub mod conn;
+pub mod cors;
 pub mod demo;
 pub mod error;
 pub mod front;
@@ -23,6 +24,7 @@ pub mod reload;
 pub mod reply;
 pub mod seal;
 pub mod server;
+pub mod tls;
 pub mod upstream;
 
 use std::net::SocketAddr;
@@ -47,6 +49,9 @@ pub struct Running {
     pub addr: SocketAddr,
     /// The internal listener's address (cluster mode).
     pub internal_addr: Option<SocketAddr>,
+    /// The public listener's certificate (`[server.tls]`): a reload swaps it
+    /// ([`tls::Certs::swap`] with the new config's pair, or [`tls::Certs::reload`]).
+    pub tls: Option<Arc<tls::Certs>>,
     drain: CancellationToken,
     task: JoinHandle<()>,
     /// Started from a file: reads it again on demand.
@@ -90,16 +95,18 @@ impl Running {
 
     /// The MCP endpoint URL of the first route.
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{}", self.addr, path)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}{}", self.addr, path)
     }
 }
 
 /// Probes every route's upstream once (what `check-config --probe` prints):
-/// `(route, upstream name, URL, what it speaks)`.
-pub async fn probe_upstreams(config: &Config) -> Vec<(String, String, String, String)> {
+/// `(route, upstream name, URL, what it speaks)`; an error when an
+/// upstream's header value cannot be read.
+pub async fn probe_upstreams(config: &Config) -> Result<Vec<(String, String, String, String)>, String> {
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = metrics::Metrics::register(&mut registry);
-    let targets = bridge::Targets::new(config, &metrics);
+    let targets = bridge::Targets::new(config, &metrics)?;
     let mut out = Vec::new();
     for t in targets.all() {
         let found = match t.generation().await {
@@ -109,7 +116,7 @@ pub async fn probe_upstreams(config: &Config) -> Vec<(String, String, String, St
         let urls: Vec<&str> = t.instances().iter().map(|i| i.instance()).collect();
         out.push((t.route.id.clone(), t.route.upstream.name.clone(), urls.join(" "), found));
     }
-    out
+    Ok(out)
 }
 
 /// How long shutdown waits for upstream sessions to be closed with `DELETE`.
@@ -139,6 +146,7 @@ async fn start(config: Config, source: Option<reload::Source>) -> std::io::Resul
     let config_tls = config.cluster.as_ref().and_then(|c| c.tls.clone());
     let (drain, stop) = (CancellationToken::new(), CancellationToken::new());
     let gateway = Arc::new(server::Gateway::new(config, stop.clone()).map_err(std::io::Error::other)?);
+    let certs = gateway.certs().cloned();
     // The first generation's tasks: what each `auto` upstream speaks
     // (found now rather than on the first request), health probes, rate
     // limit sweeps, JWKS refreshes.
@@ -146,7 +154,13 @@ async fn start(config: Config, source: Option<reload::Source>) -> std::io::Resul
     let mut tasks = vec![
         tokio::spawn(gateway.modern_legacy().pool().clone().run_reaper(stop.clone())),
         tokio::spawn(gateway.modern_legacy().clone().run_flow_reaper(stop.clone())),
-        tokio::spawn(server::serve(gateway.clone(), listener, stop.clone(), server::Listener::Public, None)),
+        tokio::spawn(server::serve(
+            gateway.clone(),
+            listener,
+            stop.clone(),
+            server::Listener::Public,
+            certs.as_ref().map(tls::Certs::acceptor),
+        )),
     ];
     let reloader = source.map(|source| reload::Reloader::new(gateway.clone(), source));
     if let Some(r) = reloader.as_ref().filter(|r| r.watches()) {
@@ -176,5 +190,5 @@ async fn start(config: Config, source: Option<reload::Source>) -> std::io::Resul
         }
         gateway.flush_spans().await;
     });
-    Ok(Running { addr, internal_addr, drain, task, reloader })
+    Ok(Running { addr, internal_addr, tls: certs, drain, task, reloader })
 }

@@ -11,9 +11,10 @@
 //! file removes stays reachable for the retries of calls parked on it, for
 //! as long as a parked flow may live, and for nothing else.
 //!
-//! Settings sized into the running process (listeners, cluster, limits,
-//! connection limits, pool, legacy session quotas, timers) are not
-//! applied: the reload says they need a restart, and keeps the running ones.
+//! Settings sized into the running process (listeners, TLS on or off,
+//! cluster, limits, connection limits, pool, legacy session quotas, timers,
+//! the OTLP exporter) are not applied: the reload says they need a
+//! restart, and keeps the running ones. A new certificate pair is.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,7 +52,7 @@ pub struct Found {
 impl Live {
     /// The first generation.
     pub fn new(config: Config, metrics: &Metrics, stop: &CancellationToken) -> Result<Live, String> {
-        let targets = Arc::new(Targets::new(&config, metrics));
+        let targets = Arc::new(Targets::new(&config, metrics)?);
         let auth = Auth::new(&config, metrics.clone(), None)?;
         Ok(Live::assemble(config, targets, auth, Vec::new(), stop))
     }
@@ -179,6 +180,16 @@ fn keep_running(current: &Config, next: &mut Config) -> Vec<&'static str> {
         changed.push("cluster");
     }
     next.cluster = current.cluster.clone();
+    if next.telemetry.otlp != current.telemetry.otlp {
+        // The exporter runs from the start.
+        changed.push("telemetry.otlp");
+        next.telemetry.otlp = current.telemetry.otlp.clone();
+    }
+    if next.tls.is_some() != current.tls.is_some() {
+        // The listener was bound with TLS or without.
+        changed.push(if current.tls.is_some() { "server.tls (removed)" } else { "server.tls (added)" });
+        next.tls = current.tls.clone();
+    }
     if next.keys.is_empty() && !current.keys.is_empty() {
         // An ephemeral key would strand every sealed value, on every replica.
         changed.push("keys (all removed)");
@@ -214,7 +225,7 @@ pub fn prepare(
 ) -> Result<(Live, Reloaded), String> {
     let needs_restart = keep_running(&current.config, &mut next);
     let auth = Auth::new(&next, metrics.clone(), Some(&current.auth))?;
-    let targets = Arc::new(Targets::carry(&next, metrics, Some(&current.targets)));
+    let targets = Arc::new(Targets::carry(&next, metrics, Some(&current.targets))?);
     let mut report = Reloaded { needs_restart, keys: next.keys != current.config.keys, ..Default::default() };
     for t in targets.all() {
         match current.targets.by_id(&t.route.id) {
@@ -242,12 +253,15 @@ pub fn prepare(
 }
 
 /// After the swap: the new generation's tasks start, the old one's end,
-/// and the sealer takes the new keys.
-pub fn commit(old: &Live, new: &Live, sealer: &Sealer) {
+/// the sealer takes the new keys, and the listener the new certificate.
+pub fn commit(old: &Live, new: &Live, sealer: &Sealer, certs: Option<&crate::tls::Certs>) {
     new.start();
     old.retire();
     if new.config.keys != old.config.keys {
         sealer.replace(new.config.keys.clone());
+    }
+    if let (Some(certs), Some(tls)) = (certs, &new.config.tls) {
+        certs.swap(tls);
     }
 }
 

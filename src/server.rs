@@ -32,6 +32,7 @@ use crate::live::{self, Found, Live, Reloaded};
 use crate::metrics::{EndedLabels, HeaderLabels, Metrics, OutcomeOnlyLabels};
 use crate::ratelog::RateLimitedLog;
 use crate::reply::{self, Body, Reply};
+use crate::upstream::credentials::{client_token, Forwarded, Secret, CLIENT_TOKEN};
 
 pub struct Gateway {
     /// The routes with their upstream handles, the auth verifiers, the
@@ -55,6 +56,8 @@ pub struct Gateway {
     internal_limit: Arc<tokio::sync::Semaphore>,
     /// Request body bytes all requests may hold at once.
     body_budget: Arc<crate::body::Budget>,
+    /// The public listener's certificate, when it has TLS.
+    certs: Option<Arc<crate::tls::Certs>>,
     /// Sized at start (a reload does not change them).
     max_body_bytes: usize,
     connections: Arc<ConnLimits>,
@@ -84,6 +87,7 @@ impl Gateway {
             limit: Arc::new(tokio::sync::Semaphore::new(config.limits.max_concurrent_requests)),
             internal_limit: Arc::new(tokio::sync::Semaphore::new(config.limits.max_concurrent_requests)),
             body_budget: crate::body::Budget::new(config.limits.max_buffered_body_bytes),
+            certs: config.tls.as_ref().map(crate::tls::Certs::new),
             max_body_bytes: config.limits.max_body_bytes,
             connections: Arc::new(config.connections.clone()),
             modern_legacy: Arc::new(modern_legacy::Bridge::new(&config, services.clone())),
@@ -113,6 +117,11 @@ impl Gateway {
         self.live.load_full()
     }
 
+    /// The public listener's certificate (`[server.tls]`), swapped by reloads.
+    pub fn certs(&self) -> Option<&Arc<crate::tls::Certs>> {
+        self.certs.as_ref()
+    }
+
     /// Starts the first generation's tasks (health probes, rate-limit
     /// sweeps, JWKS refreshes, first generation probes).
     pub fn start(&self) {
@@ -134,7 +143,7 @@ impl Gateway {
         };
         let next = Arc::new(next);
         self.live.store(next.clone());
-        live::commit(&current, &next, &self.services.sealer);
+        live::commit(&current, &next, &self.services.sealer, self.certs.as_deref());
         self.metrics.config_reloads.get_or_create(&OutcomeOnlyLabels { outcome: "applied" }).inc();
         self.metrics.config_restart_required.set(i64::from(!report.needs_restart.is_empty()));
         self.metrics.config_last_reload.set(crate::seal::unix_now() as i64);
@@ -173,7 +182,32 @@ impl Gateway {
     }
 
     pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
-        let resp = match req.uri().path() {
+        // The live configuration once per request, and the request's route in it.
+        let live = self.live.load_full();
+        let found = live.route(|| request_host(&req), req.uri().path());
+        // CORS: the route's policy, or the server's (for `/.well-known/`).
+        let cors = match &found {
+            Some(found) => found.target.route.cors.clone(),
+            None => live.config.cors.clone(),
+        };
+        // Only its `Origin` is kept for the answer.
+        let request: Option<HeaderMap> = cors.as_ref().map(|_| {
+            let origins = req.headers().get_all(http::header::ORIGIN).iter();
+            origins.map(|v| (http::header::ORIGIN, v.clone())).collect()
+        });
+        if let Some(cors) = cors.as_ref().filter(|_| crate::cors::is_preflight(req.method(), req.headers())) {
+            return Ok(cors.preflight(req.headers()));
+        }
+        let mut resp = self.route(req, live, found).await;
+        if let (Some(cors), Some(request)) = (cors, request) {
+            cors.decorate(&request, &mut resp);
+        }
+        Ok(resp)
+    }
+
+    /// `found`: the route of the request's host and path, if there is one.
+    async fn route(self: Arc<Self>, req: Request<Incoming>, live: Arc<Live>, found: Option<Found>) -> Response<Body> {
+        match req.uri().path() {
             "/healthz" => reply::text(StatusCode::OK, "text/plain", "ok\n".into()),
             "/readyz" if self.draining.load(Ordering::SeqCst) => {
                 reply::text(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "draining\n".into())
@@ -182,18 +216,23 @@ impl Gateway {
             "/metrics" => self.metrics_text(),
             path if path.starts_with(crate::auth::METADATA_PATH) => {
                 let host = request_host(&req).map(crate::config::request_host);
-                crate::auth::metadata(&self.live.load().config, host.as_deref(), path)
+                crate::auth::metadata(&live.config, host.as_deref(), path)
                     .unwrap_or_else(|| reply::text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()))
             }
-            path => {
-                let live = self.live.load_full();
-                match live.route(|| request_host(&req), path) {
-                    Some(found) => self.mcp(live, found, req).await,
-                    None => reply::text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
+            _ => match found {
+                Some(found) => {
+                    // Sent upstream only once `mcp` has verified it (nothing is sent before).
+                    let forwarded = forwarded_token(&found.target, req.headers()).map(Forwarded::new);
+                    let route = found.target.route.clone();
+                    let resp = CLIENT_TOKEN.scope(forwarded.clone(), self.mcp(live, found, req)).await;
+                    match forwarded.filter(|f| f.refused()) {
+                        Some(_) => challenge_upstream_refusal(&route, resp),
+                        None => resp,
+                    }
                 }
-            }
-        };
-        Ok(resp)
+                None => reply::text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
+            },
+        }
     }
 
     /// `/readyz`: what each upstream speaks, and 200 unless the readiness
@@ -277,10 +316,11 @@ impl Gateway {
         // stream and its end. Without a legacy marker they stay 405.
         let session_verb = parts.method == http::Method::GET || parts.method == http::Method::DELETE;
         let legacy_verb = session_verb && front::generation::by_headers(&parts.headers) == ByHeaders::Legacy;
+        let cors = target.route.cors.as_deref();
         let checked = if legacy_verb {
-            crate::guard::check_origin(&live.config, parts.uri.authority(), &parts.headers)
+            crate::guard::check_origin(&live.config, cors, parts.uri.authority(), &parts.headers)
         } else {
-            crate::guard::check(&live.config, &parts.method, parts.uri.authority(), &parts.headers)
+            crate::guard::check(&live.config, cors, &parts.method, parts.uri.authority(), &parts.headers)
         };
         let client = if legacy_verb { Generation::Legacy } else { Generation::Modern };
         if let Err(e) = checked {
@@ -646,9 +686,41 @@ fn sinks(config: &Config) -> Result<crate::observe::Sinks, String> {
     }
 }
 
+/// The client's `Authorization`, for a route whose upstream takes it
+/// (`forward_authorization`: a `jwt` route of the upstream's audience,
+/// checked at load), when its `aud` names that upstream (the policy has
+/// verified the token before anything is sent).
+fn forwarded_token(target: &Target, headers: &HeaderMap) -> Option<Secret> {
+    let audience = target.route.upstream.forward_authorization.as_ref()?;
+    let mut values = headers.get_all(http::header::AUTHORIZATION).iter();
+    let (Some(value), None) = (values.next(), values.next()) else { return None };
+    let value = value.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let ours =
+        scheme.eq_ignore_ascii_case("bearer") && crate::auth::jwt::audience_includes(token.trim(), audience);
+    ours.then(|| Secret::new(value).ok()).flatten()
+}
+
+/// An upstream's 401 or 403 to a forwarded token (answered with
+/// [`Error::UpstreamDenied`]) becomes the gateway's own challenge: its
+/// `WWW-Authenticate` and metadata, never the upstream's.
+fn challenge_upstream_refusal(route: &crate::config::Route, mut resp: Response<Body>) -> Response<Body> {
+    let status = resp.status().as_u16();
+    let Some(policy) = &route.auth else { return resp };
+    if matches!(status, 401 | 403) && !resp.headers().contains_key(http::header::WWW_AUTHENTICATE) {
+        let e = Error::UpstreamDenied { status, client_token: true };
+        resp.headers_mut().insert(http::header::WWW_AUTHENTICATE, crate::auth::challenge(policy, &e));
+    }
+    resp
+}
+
 /// Runs `work` until it has written its answer (then on in a task of its
-/// own if it goes on streaming); the answer.
+/// own if it goes on streaming, keeping the request's forwarded token); the answer.
 async fn answer_of(work: Work, answer: tokio::sync::oneshot::Receiver<Response<Body>>) -> Response<Body> {
+    let work: Work = match client_token() {
+        Some(token) => Box::pin(CLIENT_TOKEN.scope(Some(token), work)),
+        None => work,
+    };
     match (Inline { work: Some(work), answer }).await {
         Ok(resp) => resp,
         Err(_) => reply::json_response(

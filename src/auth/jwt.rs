@@ -330,3 +330,51 @@ async fn fetch(url: &http::Uri) -> Result<Vec<u8>, String> {
     let body = Limited::new(resp.body, MAX_JWKS).collect().await.map_err(|e| e.to_string())?;
     Ok(body.to_bytes().to_vec())
 }
+
+/// Whether the `aud` of a token (already verified by its route's policy)
+/// names `audience`: read again before the token is forwarded to the
+/// upstream of that audience, so that no configuration change can send a
+/// token anywhere it was not issued for.
+pub fn audience_includes(token: &str, audience: &str) -> bool {
+    use base64::Engine;
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Aud {
+        One(String),
+        Many(Vec<String>),
+    }
+    #[derive(serde::Deserialize)]
+    struct Claims {
+        aud: Option<Aud>,
+    }
+    let Some(payload) = token.split('.').nth(1) else { return false };
+    let Ok(bytes) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload.trim_end_matches('='))
+    else {
+        return false;
+    };
+    match serde_json::from_slice::<Claims>(&bytes).ok().and_then(|c| c.aud) {
+        Some(Aud::One(a)) => a == audience,
+        Some(Aud::Many(all)) => all.iter().any(|a| a == audience),
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod audience_tests {
+    use super::audience_includes;
+    use base64::Engine;
+
+    fn token(claims: &str) -> String {
+        let enc = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        format!("{}.{}.sig", enc(r#"{"alg":"HS256"}"#), enc(claims))
+    }
+
+    #[test]
+    fn only_a_token_naming_the_audience_is_forwarded() {
+        assert!(audience_includes(&token(r#"{"aud":"https://api"}"#), "https://api"));
+        assert!(audience_includes(&token(r#"{"aud":["https://gw","https://api"]}"#), "https://api"));
+        assert!(!audience_includes(&token(r#"{"aud":"https://gw"}"#), "https://api"));
+        assert!(!audience_includes(&token(r#"{"sub":"x"}"#), "https://api"));
+        assert!(!audience_includes("not-a-jwt", "https://api"));
+    }
+}

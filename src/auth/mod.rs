@@ -165,6 +165,9 @@ pub fn challenge(policy: &AuthPolicy, err: &Error) -> HeaderValue {
             parts.push("error=\"insufficient_scope\"".to_string());
             parts.push(format!("scope=\"{}\"", quoted(scope)));
         }
+        // The upstream the token was forwarded to refused it.
+        Error::UpstreamDenied { status: 403, .. } => parts.push("error=\"insufficient_scope\"".to_string()),
+        Error::UpstreamDenied { .. } => parts.push("error=\"invalid_token\"".to_string()),
         _ => {}
     }
     if let Some(url) = metadata_url(policy) {

@@ -16,6 +16,7 @@ use crate::config::{Config, LegacyClientMode, Route, UpstreamGeneration};
 use crate::error::Error;
 use crate::metrics::{GenerationLabels, Metrics, RouteUpstreamLabels};
 use crate::ratelimit::RateLimits;
+use crate::upstream::credentials::Credentials;
 use crate::upstream::probe::{self, Found};
 use crate::upstream::Transport;
 
@@ -193,16 +194,19 @@ const HEALTH_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Targets(Vec<Arc<Target>>);
 
 impl Targets {
-    pub fn new(config: &Config, metrics: &Metrics) -> Targets {
+    /// Reads the upstreams' configured header values: a missing one is an
+    /// error naming the upstream, header and variable or file.
+    pub fn new(config: &Config, metrics: &Metrics) -> Result<Targets, String> {
         Targets::carry(config, metrics, None)
     }
 
     /// The routing table of `config` (a reload), carrying over from `old`
-    /// what each route of the same id and the same upstream settings
-    /// already has: its instances (their health marks and connections),
-    /// what the upstream speaks, its upstream slots, and its rate limits'
-    /// state when they are unchanged. Everything else starts afresh.
-    pub fn carry(config: &Config, metrics: &Metrics, old: Option<&Targets>) -> Targets {
+    /// what each route of the same id, the same upstream settings and the
+    /// same header values already has: its instances (their health marks
+    /// and connections), what the upstream speaks, its upstream slots, and
+    /// its rate limits' state when they are unchanged. Everything else
+    /// starts afresh. Header values are read again (a rotated upstream key).
+    pub fn carry(config: &Config, metrics: &Metrics, old: Option<&Targets>) -> Result<Targets, String> {
         let max = config.limits.max_upstream_response_bytes;
         let olds = || old.into_iter().flat_map(Targets::all);
         // One set of slots per upstream, whichever routes use it; the old
@@ -218,50 +222,48 @@ impl Targets {
                 slots.entry(&u.name).or_insert_with(|| kept.unwrap_or_else(|| Arc::new(Semaphore::new(n))));
             }
         }
-        Targets(
-            config
-                .routes
-                .iter()
-                .map(|r| {
-                    let same = olds().find(|t| t.route.id == r.id && t.route.upstream == r.upstream);
-                    let instances = match same {
-                        Some(t) => t.instances.clone(),
-                        None => r
-                            .upstream
-                            .urls
-                            .iter()
-                            .map(|url| Transport::new(r.upstream.clone(), url, max, metrics, &r.id))
-                            .collect(),
-                    };
-                    let labels =
-                        RouteUpstreamLabels { route: r.id.clone(), upstream: r.upstream.name.clone() };
-                    let breaker = metrics.upstream_breaker_open.get_or_create(&labels).clone();
-                    let was_open = same.is_some_and(|t| t.breaker_was_open.load(Ordering::Acquire));
-                    breaker.set(i64::from(was_open));
-                    let limits = same
-                        .filter(|t| {
-                            t.route.rate_limit == r.rate_limit
-                                && t.route.tool_rate_limits == r.tool_rate_limits
-                        })
-                        .map(|t| t.limits.clone());
-                    Arc::new(Target {
-                        route: r.clone(),
-                        instances,
-                        next: AtomicUsize::new(0),
-                        detected: same.map(|t| t.detected.clone()).unwrap_or_else(|| {
-                            Arc::new(Detected::new(r.upstream.generation, metrics.clone(), r))
-                        }),
-                        limits: limits.unwrap_or_else(|| {
-                            Arc::new(RateLimits::new(r, config.limits.max_rate_limit_keys, metrics))
-                        }),
-                        slots: slots.get(r.upstream.name.as_str()).cloned(),
-                        busy: metrics.upstream_busy.get_or_create(&labels).clone(),
-                        breaker,
-                        breaker_was_open: AtomicBool::new(was_open),
-                    })
-                })
-                .collect(),
-        )
+        let targets = config
+            .routes
+            .iter()
+            .map(|r| {
+                let credentials = Credentials::load(&r.upstream)?;
+                let same = olds().find(|t| {
+                    t.route.id == r.id && t.route.upstream == r.upstream && t.instances[0].credentials() == &credentials
+                });
+                let instances = match same {
+                    Some(t) => t.instances.clone(),
+                    None => r
+                        .upstream
+                        .urls
+                        .iter()
+                        .map(|url| Transport::new(r.upstream.clone(), url, max, metrics, &r.id, credentials.clone()))
+                        .collect(),
+                };
+                let labels = RouteUpstreamLabels { route: r.id.clone(), upstream: r.upstream.name.clone() };
+                let breaker = metrics.upstream_breaker_open.get_or_create(&labels).clone();
+                let was_open = same.is_some_and(|t| t.breaker_was_open.load(Ordering::Acquire));
+                breaker.set(i64::from(was_open));
+                let limits = same
+                    .filter(|t| t.route.rate_limit == r.rate_limit && t.route.tool_rate_limits == r.tool_rate_limits)
+                    .map(|t| t.limits.clone());
+                Ok(Arc::new(Target {
+                    route: r.clone(),
+                    instances,
+                    next: AtomicUsize::new(0),
+                    detected: same.map(|t| t.detected.clone()).unwrap_or_else(|| {
+                        Arc::new(Detected::new(r.upstream.generation, metrics.clone(), r))
+                    }),
+                    limits: limits.unwrap_or_else(|| {
+                        Arc::new(RateLimits::new(r, config.limits.max_rate_limit_keys, metrics))
+                    }),
+                    slots: slots.get(r.upstream.name.as_str()).cloned(),
+                    busy: metrics.upstream_busy.get_or_create(&labels).clone(),
+                    breaker,
+                    breaker_was_open: AtomicBool::new(was_open),
+                }))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(Targets(targets))
     }
 
     /// The target serving `path` on `host` (the request's host, as

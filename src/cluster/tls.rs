@@ -69,17 +69,18 @@ pub fn acceptor(tls: &ClusterTls) -> TlsAcceptor {
     TlsAcceptor::from(tls.server.clone())
 }
 
-/// The server side of a connection to the internal listener: `None` (logged)
+/// The server side of a TLS connection (the internal listener, or the
+/// public one with `[server.tls]`): `None` (logged)
 /// if the handshake fails or takes longer than [`HANDSHAKE_TIMEOUT`].
 pub async fn accept(tls: &TlsAcceptor, tcp: TcpStream) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
     match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(tcp)).await {
         Ok(Ok(stream)) => Some(stream),
         Ok(Err(e)) => {
-            tracing::debug!(error = %e, "internal listener: TLS handshake failed");
+            tracing::debug!(error = %e, "TLS handshake failed");
             None
         }
         Err(_) => {
-            tracing::debug!("internal listener: TLS handshake timed out");
+            tracing::debug!("TLS handshake timed out");
             None
         }
     }

@@ -47,6 +47,10 @@ pub struct Config {
     /// When `/readyz` answers 200.
     pub readiness: Readiness,
     pub telemetry: Telemetry,
+    /// TLS on the public listener; its pair is swapped on reload (`crate::tls::Certs`).
+    pub tls: Option<crate::tls::ServerTls>,
+    /// CORS on `/.well-known/` and every route without its own.
+    pub cors: Option<Arc<crate::cors::Cors>>,
 }
 
 /// Legacy (2025 session) clients: their session tokens and how fast they
@@ -121,6 +125,19 @@ pub struct Upstream {
     pub call_timeout: Duration,
     /// Requests it may have in flight through the gateway; `None`: no limit of its own.
     pub max_concurrent_requests: Option<usize>,
+    /// Headers added to every request to it; values read when the gateway
+    /// starts (`crate::upstream::credentials`).
+    pub headers: Vec<UpstreamHeader>,
+    /// `Some(audience)`: the client's verified bearer token is sent to it
+    /// (only on `jwt` routes whose audience this is, checked at load).
+    pub forward_authorization: Option<String>,
+}
+
+/// A header added to an upstream's requests, and where its value is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamHeader {
+    pub name: http::HeaderName,
+    pub source: SecretSource,
 }
 
 /// `legacy_clients` in an upstream's configuration: for a 2026 upstream
@@ -185,6 +202,8 @@ pub struct Route {
     pub auth: Option<Arc<AuthPolicy>>,
     /// What each caller may call (empty: everything).
     pub rules: Arc<[crate::authz::Rule]>,
+    /// Browsers allowed to call (the route's own, or the server's); `None`: no CORS.
+    pub cors: Option<Arc<crate::cors::Cors>>,
 }
 
 impl Route {
@@ -270,6 +289,8 @@ impl Config {
                 response_timeout_ms: None,
                 call_timeout_ms: None,
                 headers: None,
+                forward_authorization: None,
+                audience: None,
                 max_concurrent_requests: None,
             }],
             routes: vec![raw::RawRoute {
@@ -286,6 +307,7 @@ impl Config {
                 tool_prefix: None,
                 discover_ttl_ms: None,
                 auth: None,
+                cors: None,
                 rules: Vec::new(),
             }],
             ..Default::default()
@@ -389,12 +411,18 @@ fn validate(raw: RawConfig, text: &str, outside: &Outside) -> Result<Config, Con
         .parse()
         .map_err(|_| ConfigError(format!("{}invalid listen address `{listen_text}`", at(text, "listen"))))?;
     let upstreams = raw.upstreams.iter().map(|u| upstream(u, text)).collect::<Result<Vec<_>, _>>()?;
+    let server_cors = raw.server.cors.as_ref().map(|c| cors(c, text)).transpose()?;
     if raw.routes.is_empty() {
         return Err(ConfigError("no routes: add a [[routes]] table".into()));
     }
     let mut routes = Vec::new();
     for r in &raw.routes {
-        routes.push(Arc::new(route(r, &upstreams, &policies, text)?));
+        let mut route = route(r, &upstreams, &policies, text)?;
+        route.cors = match &r.cors {
+            Some(c) => Some(cors(c, text)?),
+            None => server_cors.clone(),
+        };
+        routes.push(Arc::new(route));
     }
     for (i, r) in routes.iter().enumerate() {
         if routes[..i].iter().any(|o| o.id == r.id) {
@@ -465,7 +493,51 @@ fn validate(raw: RawConfig, text: &str, outside: &Outside) -> Result<Config, Con
             .iter()
             .filter_map(|k| load_key(k, text, outside).transpose())
             .collect::<Result<_, _>>()?,
+        tls: raw.server.tls.as_ref().map(|t| server_tls(t, text, outside)).transpose()?.flatten(),
+        cors: server_cors,
     })
+}
+
+/// `[server.tls]`: the pair is read now, so that `check-config` finds a bad file.
+/// `[server.tls]`: the pair loaded; `None` when a file is missing and
+/// `outside` does not require it (`check-config`).
+fn server_tls(
+    t: &raw::RawServerTls,
+    text: &str,
+    outside: &Outside,
+) -> Result<Option<crate::tls::ServerTls>, ConfigError> {
+    let err = |e: String| ConfigError(format!("{}server.tls: {e}", at(text, "cert_file")));
+    let cert = outside.file("listener TLS certificate (server.tls.cert_file)", &t.cert_file).map_err(err)?;
+    let key = outside.file("listener TLS key (server.tls.key_file)", &t.key_file).map_err(err)?;
+    if !(cert && key) {
+        return Ok(None);
+    }
+    crate::tls::ServerTls::load(Path::new(&t.cert_file), Path::new(&t.key_file)).map(Some).map_err(err)
+}
+
+/// A `cors` table: bare origins, or `*` alone and without credentials.
+fn cors(c: &raw::RawCors, text: &str) -> Result<Arc<crate::cors::Cors>, ConfigError> {
+    let err = |why: String| ConfigError(format!("{}cors: {why}", at(text, "allowed_origins")));
+    let any = c.allowed_origins.iter().any(|o| o == "*");
+    let credentials = c.allow_credentials.unwrap_or(false);
+    if c.allowed_origins.is_empty() {
+        return Err(err("allowed_origins is empty (leave the table out to turn CORS off)".into()));
+    }
+    if any && (c.allowed_origins.len() > 1 || credentials) {
+        return Err(err("`*` stands alone, and never with allow_credentials".into()));
+    }
+    if let Some(bad) = c.allowed_origins.iter().find(|o| !any && !crate::cors::valid_origin(o)) {
+        return Err(err(format!("`{bad}` is not an origin (scheme://host[:port], no path)")));
+    }
+    let max_age_s = c.max_age_s.unwrap_or(600);
+    if max_age_s > 86_400 {
+        return Err(err("max_age_s is at most 86400".into()));
+    }
+    Ok(Arc::new(crate::cors::Cors {
+        origins: (!any).then(|| c.allowed_origins.clone()),
+        allow_credentials: credentials,
+        max_age_s,
+    }))
 }
 
 fn conn_limits(s: &raw::RawServer, l: &raw::RawLimits, text: &str) -> Result<ConnLimits, ConfigError> {
@@ -498,8 +570,25 @@ fn conn_limits(s: &raw::RawServer, l: &raw::RawLimits, text: &str) -> Result<Con
 }
 
 fn upstream(u: &raw::RawUpstream, text: &str) -> Result<Upstream, ConfigError> {
-    if u.headers.is_some() {
-        return Err(not_yet(text, "upstreams.headers"));
+    let headers = upstream_headers(u, text)?;
+    let forward_authorization = match (u.forward_authorization, &u.audience) {
+        (Some(true), Some(aud)) => Some(aud.clone()),
+        (Some(true), None) => {
+            return Err(ConfigError(format!(
+                "{}upstream `{}`: forward_authorization needs `audience` (the resource its tokens are \
+                 issued for)",
+                at(text, "forward_authorization"),
+                u.name
+            )))
+        }
+        _ => None,
+    };
+    if forward_authorization.is_some() && headers.iter().any(|h| h.name == http::header::AUTHORIZATION) {
+        return Err(ConfigError(format!(
+            "{}upstream `{}`: an Authorization header and forward_authorization exclude each other",
+            at(text, "forward_authorization"),
+            u.name
+        )));
     }
     let urls: Vec<&String> = match (&u.url, &u.urls) {
         (Some(url), None) => vec![url],
@@ -567,7 +656,40 @@ fn upstream(u: &raw::RawUpstream, text: &str) -> Result<Upstream, ConfigError> {
             }
             n => n,
         },
+        headers,
+        forward_authorization,
     })
+}
+
+/// `[upstreams.headers]`: names checked, values only located (an inline
+/// value is refused without being repeated).
+fn upstream_headers(u: &raw::RawUpstream, text: &str) -> Result<Vec<UpstreamHeader>, ConfigError> {
+    let mut out = Vec::new();
+    for (name, spec) in u.headers.iter().flatten() {
+        let err = |why: &str| {
+            ConfigError(format!("{}upstream `{}`: header `{name}`: {why}", at(text, name), u.name))
+        };
+        let parsed = http::HeaderName::from_bytes(name.as_bytes()).map_err(|_| err("not a header name"))?;
+        if crate::upstream::credentials::refused_name(&parsed) {
+            return Err(err("the gateway sets this header itself (or it is hop-by-hop)"));
+        }
+        let text_of = |k: &str| spec.get(k).and_then(toml::Value::as_str).map(str::to_string);
+        let keys_ok =
+            spec.as_table().is_some_and(|t| t.keys().all(|k| k == "value_env" || k == "value_file"));
+        let source = match (keys_ok, text_of("value_env"), text_of("value_file")) {
+            (true, Some(var), None) => SecretSource::Env(var),
+            (true, None, Some(file)) => SecretSource::File(file.into()),
+            _ => {
+                return Err(err("needs exactly one of { value_env = \"VAR\" } or { value_file = \"path\" } \
+                     (values are never written in this file)"))
+            }
+        };
+        if out.iter().any(|h: &UpstreamHeader| h.name == parsed) {
+            return Err(err("named twice"));
+        }
+        out.push(UpstreamHeader { name: parsed, source });
+    }
+    Ok(out)
 }
 
 /// A route's authorization rules.
@@ -675,6 +797,21 @@ fn route(
                 })?)
             }
         };
+    if let Some(aud) = &upstream.forward_authorization {
+        let jwt_audience = auth.as_ref().and_then(|p| match &p.kind {
+            AuthKind::Jwt(j) => Some(j.audience.as_str()),
+            _ => None,
+        });
+        if jwt_audience != Some(aud.as_str()) {
+            return Err(ConfigError(format!(
+                "{}route `{}`: upstream `{}` takes the client's token (forward_authorization), so the \
+                 route needs a jwt auth policy whose audience is the upstream's `{aud}`",
+                at(text, &r.path),
+                r.path,
+                upstream.name
+            )));
+        }
+    }
     if r.path.starts_with("/.well-known/") {
         return Err(ConfigError(format!(
             "{}route paths under /.well-known/ are the gateway's",
@@ -717,6 +854,7 @@ fn route(
         continuity,
         replay_tools: r.replay_tools.clone().unwrap_or_default(),
         replay_ttl: ms(r.replay_ttl_ms, 60_000),
+        cors: None,
     })
 }
 

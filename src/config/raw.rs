@@ -59,6 +59,30 @@ pub struct RawServer {
     pub h2_max_body_bytes_in_flight: Option<u32>,
     /// When `/readyz` is 200: "always" (default), "any_upstream", "all_upstreams".
     pub readiness: Option<String>,
+    /// TLS on the listener (`[server.tls]`).
+    pub tls: Option<RawServerTls>,
+    /// CORS for browser clients, every route's default (`[server.cors]`).
+    pub cors: Option<RawCors>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServerTls {
+    /// The certificate chain (PEM), leaf first.
+    pub cert_file: String,
+    /// Its private key (PEM).
+    pub key_file: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCors {
+    /// Origins (`https://app.example`) browsers may call from; `["*"]` for any.
+    pub allowed_origins: Vec<String>,
+    /// `Access-Control-Allow-Credentials` (not with `*`); default false.
+    pub allow_credentials: Option<bool>,
+    /// How long a browser keeps a preflight's answer (default 600 s, at most a day).
+    pub max_age_s: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -80,8 +104,17 @@ pub struct RawUpstream {
     pub response_timeout_ms: Option<u64>,
     /// Time allowed for a whole call, stream included.
     pub call_timeout_ms: Option<u64>,
-    /// Static headers sent upstream (e.g. an API key read from the environment): not supported yet.
+    /// Headers added to every request to this upstream, by name:
+    /// `{ value_env = "VAR" }` or `{ value_file = "path" }` (never inline).
+    /// Read as TOML values, so that an inline secret is refused without
+    /// the parser quoting its line.
     pub headers: Option<BTreeMap<String, toml::Value>>,
+    /// Send the client's bearer token to this upstream: only on routes
+    /// whose `jwt` policy's audience is `audience` (the upstream is the
+    /// resource server the token was issued for).
+    pub forward_authorization: Option<bool>,
+    /// The audience (resource) the upstream's tokens are issued for.
+    pub audience: Option<String>,
     /// Requests this upstream may have in flight through the gateway (503 above); default unlimited.
     pub max_concurrent_requests: Option<usize>,
 }
@@ -115,6 +148,8 @@ pub struct RawRoute {
     pub discover_ttl_ms: Option<u64>,
     /// The authentication policy (an `[auth.<name>]`); none when absent.
     pub auth: Option<String>,
+    /// CORS for this route, instead of `[server.cors]`.
+    pub cors: Option<RawCors>,
     /// Authorization rules (`[[routes.rules]]`), the first match decides.
     #[serde(default)]
     pub rules: Vec<RawRule>,

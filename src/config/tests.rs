@@ -172,3 +172,61 @@ fn abuse_limits_have_the_documented_defaults_and_are_checked() {
     let tiny_head = GOOD.replace("[server]\n", "[server]\nmax_header_bytes = 100\n");
     assert!(Config::from_toml(&tiny_head).unwrap_err().0.contains("max_header_bytes"));
 }
+
+/// `GOOD` with `extra` appended to its upstream's table.
+fn upstream_with(extra: &str) -> String {
+    GOOD.replace(
+        "url = \"http://127.0.0.1:9000/mcp\"\n",
+        &format!("url = \"http://127.0.0.1:9000/mcp\"\n{extra}\n"),
+    )
+}
+
+#[test]
+fn upstream_header_values_are_never_inline_and_never_repeated() {
+    let inline = upstream_with("headers = { X-Api-Key = \"sk-live-very-secret\" }");
+    let err = Config::from_toml(&inline).unwrap_err().0;
+    assert!(err.contains("value_env") && err.contains("X-Api-Key") && err.contains("line"), "{err}");
+    assert!(!err.contains("sk-live-very-secret"), "{err}");
+    let unknown = upstream_with("headers = { X-Api-Key = { value = \"sk-live-very-secret\" } }");
+    assert!(!Config::from_toml(&unknown).unwrap_err().0.contains("sk-live"));
+    for name in ["Host", "Content-Length", "Connection", "Mcp-Session-Id", "Transfer-Encoding", "bad name"] {
+        let bad = upstream_with(&format!("headers = {{ \"{name}\" = {{ value_env = \"K\" }} }}"));
+        assert!(Config::from_toml(&bad).is_err(), "{name}");
+    }
+    let both = upstream_with("headers = { X-Api-Key = { value_env = \"K\", value_file = \"f\" } }");
+    assert!(Config::from_toml(&both).is_err());
+    // Only located when the file is read: the values are read at start.
+    let good = upstream_with("headers = { X-Api-Key = { value_env = \"SESSIONLESS_UNSET_FOR_TEST\" } }");
+    let c = Config::from_toml(&good).unwrap();
+    assert_eq!(c.routes[0].upstream.headers[0].name, "x-api-key");
+}
+
+#[test]
+fn forwarding_the_client_token_needs_a_jwt_route_of_the_upstreams_audience() {
+    let policy =
+        "\n[auth.users]\ntype = \"jwt\"\nissuer = \"https://idp\"\naudience = \"https://api.test\"\n\
+                  hs256_secret_env = \"S\"\n";
+    let fwd = |aud: &str, auth: &str| {
+        upstream_with(&format!("forward_authorization = true\naudience = \"{aud}\""))
+            .replace("cache_scope = \"public\"", auth)
+            + policy
+    };
+    assert!(Config::from_toml(&fwd("https://api.test", "auth = \"users\"")).is_ok());
+    let err = Config::from_toml(&fwd("https://other.test", "auth = \"users\"")).unwrap_err().0;
+    assert!(err.contains("audience"), "{err}");
+    assert!(Config::from_toml(&fwd("https://api.test", "")).is_err(), "a route without a policy");
+    let no_aud = upstream_with("forward_authorization = true");
+    assert!(Config::from_toml(&no_aud).unwrap_err().0.contains("audience"));
+}
+
+#[test]
+fn cors_origins_are_bare_and_a_wildcard_goes_without_credentials() {
+    let with = |cors: &str| format!("{GOOD}\n[server.cors]\n{cors}\n");
+    let c = Config::from_toml(&with("allowed_origins = [\"https://app.example\"]")).unwrap();
+    assert!(c.routes[0].cors.as_ref().unwrap().allows("https://app.example"));
+    assert!(Config::from_toml(&with("allowed_origins = [\"*\"]")).is_ok());
+    assert!(Config::from_toml(&with("allowed_origins = [\"*\"]\nallow_credentials = true")).is_err());
+    assert!(Config::from_toml(&with("allowed_origins = [\"https://app.example/path\"]")).is_err());
+    assert!(Config::from_toml(&with("allowed_origins = []")).is_err());
+    assert!(Config::from_toml(GOOD).unwrap().routes[0].cors.is_none(), "off by default");
+}

@@ -24,8 +24,14 @@ pub enum Found {
 }
 
 /// Asks the upstream. `Err` when it could not be asked (unreachable, timed
-/// out, or an answer too broken to read): nothing is known yet.
+/// out, or an answer too broken to read): nothing is known yet. Never with
+/// a client's token, even when a request's task runs it: the answer is
+/// shared by every caller of the route.
 pub async fn probe(upstream: &Transport) -> Result<Found, PostError> {
+    super::credentials::without_client_token(ask(upstream)).await
+}
+
+async fn ask(upstream: &Transport) -> Result<Found, PostError> {
     let body = json!({"jsonrpc": "2.0", "id": "sessionless-probe", "method": "server/discover", "params": {
     "_meta": {
         "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,

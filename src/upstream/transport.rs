@@ -17,6 +17,7 @@ use sse_stream::SseStream;
 use http::Uri;
 use prometheus_client::metrics::counter::Counter;
 
+use super::credentials::Credentials;
 use super::event_limit::{BodyError, EventLimited};
 use super::h1;
 use super::health::Health;
@@ -40,6 +41,12 @@ pub enum PostError {
     Broken,
     /// An HTTP error status without a JSON-RPC body.
     Status(u16),
+    /// 401 or 403: the upstream refused the credentials sent, the client's
+    /// own token (`client_token`) or the upstream's configured headers.
+    Denied {
+        status: u16,
+        client_token: bool,
+    },
     Invalid(&'static str),
     TooLarge,
 }
@@ -67,6 +74,7 @@ pub fn map_post_error(e: PostError, sent: bool) -> Error {
         PostError::Broken => Error::UpstreamUnreachable,
         PostError::SessionGone => Error::UpstreamInvalid("session lost"),
         PostError::Status(_) => Error::UpstreamInvalid("error status"),
+        PostError::Denied { status, client_token } => Error::UpstreamDenied { status, client_token },
         PostError::Invalid(why) => Error::UpstreamInvalid(why),
         PostError::TooLarge => Error::UpstreamTooLarge,
     }
@@ -93,6 +101,8 @@ struct Inner {
     max_response: usize,
     /// `sessionless_upstream_requests_total`, resolved once per status.
     counts: Counts,
+    /// Headers added to every request (`[upstreams.headers]`, the client's token).
+    credentials: Credentials,
 }
 
 /// One counter per status class of upstream requests.
@@ -141,6 +151,7 @@ impl Transport {
         max_response: usize,
         metrics: &Metrics,
         route: &str,
+        credentials: Credentials,
     ) -> Transport {
         static TLS: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
         let tls = TLS.get_or_init(|| Arc::new(rustls_config())).clone();
@@ -163,7 +174,12 @@ impl Transport {
             instance.clone(),
         );
         let counts = Counts::new(metrics, route, &instance);
-        Transport(Arc::new(Inner { http, upstream, instance, health, max_response, counts }))
+        Transport(Arc::new(Inner { http, upstream, instance, health, max_response, counts, credentials }))
+    }
+
+    /// What it adds to every request (an upstream's own headers).
+    pub fn credentials(&self) -> &Credentials {
+        &self.0.credentials
     }
 
     /// The upstream's configuration.
@@ -247,8 +263,10 @@ impl Transport {
         self.once_more(|| self.send_headers(method, headers, body)).await
     }
 
-    /// Sends one request with exactly `headers` (besides `Host` and the
-    /// framing); the raw answer once its head has arrived.
+    /// Sends one request with `headers`, the upstream's configured ones and,
+    /// where it takes it, the client's token (besides `Host` and the
+    /// framing); the raw answer once its head has arrived. A 401 or 403 is
+    /// [`PostError::Denied`], whatever its body says.
     pub(crate) async fn send_headers(
         &self,
         method: &str,
@@ -266,7 +284,9 @@ impl Transport {
                 &traced[..]
             }
         };
-        let send = inner.http.send(method, headers, body);
+        let token = inner.credentials.forwards().then(super::credentials::client_token).flatten();
+        let headers = inner.credentials.add(headers, token.as_ref().map(|f| &f.token));
+        let send = inner.http.send(method, &headers, body);
         match tokio::time::timeout(inner.upstream.response_timeout, send).await {
             Err(_) => {
                 inner.counts.timeout.inc();
@@ -288,7 +308,14 @@ impl Transport {
             }
             Ok(Ok(resp)) => {
                 inner.counts.status(resp.status).inc();
-                Ok(resp)
+                match (resp.status, &token) {
+                    (401 | 403, Some(forwarded)) => {
+                        forwarded.refuse();
+                        Err(PostError::Denied { status: resp.status, client_token: true })
+                    }
+                    (401 | 403, None) => Err(PostError::Denied { status: resp.status, client_token: false }),
+                    _ => Ok(resp),
+                }
             }
         }
     }

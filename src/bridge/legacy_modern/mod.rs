@@ -40,6 +40,7 @@ use crate::front::headers::{encode_value, param_value};
 use crate::front::{MODERN_VERSION, SUPPORTED_VERSIONS};
 use crate::metrics::{MethodLabels, OpenedLabels, ReasonLabels};
 use crate::reply::{self, Body, Reply};
+use crate::upstream::credentials::without_client_token;
 use crate::upstream::{PostError, Transport, ACCEPT_BOTH};
 use question::{Answer, QuestionId, Rounds};
 
@@ -282,7 +283,8 @@ impl Bridge {
         let body = serde_json::to_vec(&body).expect("serialises");
         let headers = call_headers("server/discover", None, &[]);
         let (headers, body) = (&headers, &body);
-        let send = |t: &'t Transport| t.send_headers_again("POST", headers, body);
+        // Shared by every caller of the route: fetched without any client's token.
+        let send = |t: &'t Transport| without_client_token(t.send_headers_again("POST", headers, body));
         let (resp, upstream) = target.on_instance(send, |e| *e == PostError::NotSent).await;
         let resp = resp.map_err(|e| crate::upstream::map_post_error(e, false))?;
         let deadline = tokio::time::Instant::now() + route.upstream.response_timeout;
@@ -500,7 +502,8 @@ impl Bridge {
             let body = json!({"jsonrpc": "2.0", "id": 0, "method": "tools/list", "params": params});
             let body = serde_json::to_vec(&body).expect("serialises");
             let upstream = target.pick();
-            let resp = upstream.send_headers_again("POST", headers, &body).await.ok()?;
+            let resp =
+                without_client_token(upstream.send_headers_again("POST", headers, &body)).await.ok()?;
             let msg = read_message(upstream, resp, None, deadline).await.ok()?;
             match msg.get("result") {
                 Some(Value::Object(result)) => Some(result.clone()),

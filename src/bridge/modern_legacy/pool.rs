@@ -239,7 +239,14 @@ mod tests {
         let mut registry = prometheus_client::registry::Registry::default();
         let metrics = Metrics::register(&mut registry);
         let upstream = &config.routes[0].upstream;
-        let transport = Transport::new(upstream.clone(), &upstream.urls[0], 1 << 20, &metrics, "/mcp");
+        let transport = Transport::new(
+            upstream.clone(),
+            &upstream.urls[0],
+            1 << 20,
+            &metrics,
+            "/mcp",
+            Default::default(),
+        );
         let pool = Pool::new(2, 2, Duration::from_secs(60), metrics);
         for principal in ["a", "b", "c"] {
             let key = PoolKey {
