@@ -116,7 +116,8 @@ fn main() -> anyhow::Result<()> {
             print!("{}", checked.report());
             if probe {
                 let config = checked.file_only();
-                let found = runtime.block_on(sessionless::probe_upstreams(config)).map_err(anyhow::Error::msg)?;
+                let found =
+                    runtime.block_on(sessionless::probe_upstreams(config)).map_err(anyhow::Error::msg)?;
                 for (route, name, url, found) in found {
                     println!("{route} -> {name} ({url}): {found}");
                 }

@@ -206,7 +206,12 @@ impl Gateway {
     }
 
     /// `found`: the route of the request's host and path, if there is one.
-    async fn route(self: Arc<Self>, req: Request<Incoming>, live: Arc<Live>, found: Option<Found>) -> Response<Body> {
+    async fn route(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        live: Arc<Live>,
+        found: Option<Found>,
+    ) -> Response<Body> {
         match req.uri().path() {
             "/healthz" => reply::text(StatusCode::OK, "text/plain", "ok\n".into()),
             "/readyz" if self.draining.load(Ordering::SeqCst) => {

@@ -228,7 +228,9 @@ impl Targets {
             .map(|r| {
                 let credentials = Credentials::load(&r.upstream)?;
                 let same = olds().find(|t| {
-                    t.route.id == r.id && t.route.upstream == r.upstream && t.instances[0].credentials() == &credentials
+                    t.route.id == r.id
+                        && t.route.upstream == r.upstream
+                        && t.instances[0].credentials() == &credentials
                 });
                 let instances = match same {
                     Some(t) => t.instances.clone(),
@@ -236,7 +238,9 @@ impl Targets {
                         .upstream
                         .urls
                         .iter()
-                        .map(|url| Transport::new(r.upstream.clone(), url, max, metrics, &r.id, credentials.clone()))
+                        .map(|url| {
+                            Transport::new(r.upstream.clone(), url, max, metrics, &r.id, credentials.clone())
+                        })
                         .collect(),
                 };
                 let labels = RouteUpstreamLabels { route: r.id.clone(), upstream: r.upstream.name.clone() };
@@ -244,7 +248,9 @@ impl Targets {
                 let was_open = same.is_some_and(|t| t.breaker_was_open.load(Ordering::Acquire));
                 breaker.set(i64::from(was_open));
                 let limits = same
-                    .filter(|t| t.route.rate_limit == r.rate_limit && t.route.tool_rate_limits == r.tool_rate_limits)
+                    .filter(|t| {
+                        t.route.rate_limit == r.rate_limit && t.route.tool_rate_limits == r.tool_rate_limits
+                    })
                     .map(|t| t.limits.clone());
                 Ok(Arc::new(Target {
                     route: r.clone(),
