@@ -53,7 +53,7 @@ fn the_cluster_example_lists_what_it_needs_without_values() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // The routing table: path, upstream, its URL, generation, continuity, auth, rules.
-    let row = stdout.lines().find(|l| l.starts_with("/mcp")).unwrap_or_else(|| panic!("{stdout}"));
+    let row = stdout.lines().find(|l| l.starts_with("*     /mcp")).unwrap_or_else(|| panic!("{stdout}"));
     for cell in ["tools", "http://127.0.0.1:9000/mcp", "auto", "park (replay: search)", "none", "0"] {
         assert!(row.contains(cell), "{cell} in {row}");
     }
@@ -125,7 +125,7 @@ auth = "users"
     assert!(stdout.contains("/nonexistent/keys.txt  auth.machines API key file: ABSENT"), "{stdout}");
     assert!(stdout.contains("/nonexistent/jwks.json  auth.users JWKS file: ABSENT"), "{stdout}");
     assert!(stdout.contains("$HS_SECRET  auth.hs HS256 secret: ABSENT"), "{stdout}");
-    assert!(stdout.lines().any(|l| l.starts_with("/users") && l.contains("users (jwt)")), "{stdout}");
+    assert!(stdout.lines().any(|l| l.contains(" /users ") && l.contains("users (jwt)")), "{stdout}");
     std::fs::remove_file(file).unwrap();
 }
 

@@ -73,11 +73,11 @@ impl Checked {
     }
 }
 
-/// The resolved routes, one line each: path, upstream, its instances,
-/// generation, continuity, auth policy, rules.
+/// The resolved routes, one line each: host (`*`: any), path, upstream,
+/// its instances, generation, continuity, auth policy, rules.
 pub fn routing_table(routes: &[Arc<Route>]) -> String {
-    let header = ["route", "upstream", "urls", "generation", "continuity", "auth", "rules"];
-    let rows: Vec<[String; 7]> = routes
+    let header = ["host", "route", "upstream", "urls", "generation", "continuity", "auth", "rules"];
+    let rows: Vec<[String; 8]> = routes
         .iter()
         .map(|r| {
             let u = &r.upstream;
@@ -105,6 +105,7 @@ pub fn routing_table(routes: &[Arc<Route>]) -> String {
                 },
             };
             [
+                r.host.clone().unwrap_or_else(|| "*".into()),
                 r.path.clone(),
                 u.name.clone(),
                 urls.join(" "),

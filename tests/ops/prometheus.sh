@@ -107,6 +107,9 @@ auth = "machines"
 parked_flow_ttl_ms = 1500          # the paused calls load.py abandons expire
 max_parked_flows_per_principal = 2
 
+[telemetry]
+latency_tools = ["echo", "slow"]   # sessionless_tool_call_duration_seconds for these
+
 [[keys]]
 id = "k1"
 env = "SESSIONLESS_KEY_K1"
