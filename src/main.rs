@@ -28,10 +28,14 @@ struct Cli {
     /// Address to listen on [default: 127.0.0.1:8080, or the file's server.listen].
     #[arg(long, value_name = "ADDR")]
     listen: Option<SocketAddr>,
-    /// Log lines on stderr: `text`, or `json` (one object a line, with one
-    /// access line per request).
+    /// Log lines on stderr: `text`, or `json` (one object a line).
     #[arg(long, value_enum, env = "SESSIONLESS_LOG_FORMAT", default_value_t = LogFormat::Text, global = true)]
     log_format: LogFormat,
+    /// One access line per request (route, method, cell, outcome, status,
+    /// duration, request id, trace id) in the log format. Off by default:
+    /// it costs CPU per request (BENCHMARKS.md).
+    #[arg(long, env = "SESSIONLESS_ACCESS_LOG", global = true)]
+    access_log: bool,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -93,7 +97,7 @@ enum DemoGeneration {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    logging(cli.log_format);
+    logging(cli.log_format, cli.access_log);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
         Some(Command::GenKey) => {
@@ -154,15 +158,12 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// Logs on stderr, without colour codes unless stderr is a terminal. The
-/// access line per request (target `sessionless::access`) is on by default
-/// with `json` and off with `text` (`SESSIONLESS_LOG=info,sessionless::access=info`
-/// turns it on); `SESSIONLESS_LOG` replaces the default filter.
-fn logging(format: LogFormat) {
+/// access line per request (target `sessionless::access`) only with
+/// `access_log`; `SESSIONLESS_LOG` replaces the default filter (and
+/// `sessionless::access=info` in it turns the access line on).
+fn logging(format: LogFormat, access_log: bool) {
     use std::io::IsTerminal;
-    let default = match format {
-        LogFormat::Text => "info,sessionless::access=off",
-        LogFormat::Json => "info",
-    };
+    let default = if access_log { "info" } else { "info,sessionless::access=off" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("SESSIONLESS_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);

@@ -205,7 +205,15 @@ fn the_binary_writes_one_json_access_line_per_request_without_colours() {
     let up = rt.block_on(echo_upstream().start());
     let port = support::cluster::free_port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_sessionless"))
-        .args(["--upstream", up.url(), "--listen", &format!("127.0.0.1:{port}"), "--log-format", "json"])
+        .args([
+            "--upstream",
+            up.url(),
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--log-format",
+            "json",
+            "--access-log",
+        ])
         .env_remove("SESSIONLESS_LOG")
         .stderr(Stdio::piped())
         .spawn()
