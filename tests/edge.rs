@@ -134,10 +134,9 @@ async fn a_missing_header_value_stops_the_start_naming_the_variable_not_a_value(
         &d.join("tenant"),
         "legacy",
     ) + "[[routes]]\npath = \"/mcp\"\nupstream = \"u\"\n";
-    let mut config = Config::from_toml(&text).expect("check-config needs no secret");
-    config.listen = "127.0.0.1:0".parse().unwrap();
-    let err = sessionless::run(config).await.err().expect("the gateway does not start").to_string();
-    assert!(err.contains("SESSIONLESS_EDGE_TEST_UNSET") && err.contains("x-api-key"), "{err}");
+    // Loading the file for the gateway fails; the value that is there is not shown.
+    let err = Config::from_toml(&text).expect_err("the gateway does not start").0;
+    assert!(err.contains("SESSIONLESS_EDGE_TEST_UNSET") && err.to_lowercase().contains("x-api-key"), "{err}");
     assert!(!err.contains("tenant-secret-value"), "{err}");
 }
 

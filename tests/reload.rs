@@ -476,7 +476,15 @@ async fn sighup_reloads_the_binary() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // The reader thread may not have taken the line in yet.
+    let logged = || {
+        bin.log.lock().unwrap().iter().any(|l| l.contains("configuration reloaded") && l.contains("SIGHUP"))
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !logged() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let log = bin.log.lock().unwrap().join("\n");
-    assert!(log.contains("configuration reloaded") && log.contains("SIGHUP"), "{log}");
+    assert!(logged(), "{log}");
     assert!(!log.contains("bob-key") && !log.contains("alice-key"), "no key in the log");
 }

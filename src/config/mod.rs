@@ -410,7 +410,8 @@ fn validate(raw: RawConfig, text: &str, outside: &Outside) -> Result<Config, Con
     let listen: SocketAddr = listen_text
         .parse()
         .map_err(|_| ConfigError(format!("{}invalid listen address `{listen_text}`", at(text, "listen"))))?;
-    let upstreams = raw.upstreams.iter().map(|u| upstream(u, text)).collect::<Result<Vec<_>, _>>()?;
+    let upstreams =
+        raw.upstreams.iter().map(|u| upstream(u, text, outside)).collect::<Result<Vec<_>, _>>()?;
     let server_cors = raw.server.cors.as_ref().map(|c| cors(c, text)).transpose()?;
     if raw.routes.is_empty() {
         return Err(ConfigError("no routes: add a [[routes]] table".into()));
@@ -569,8 +570,8 @@ fn conn_limits(s: &raw::RawServer, l: &raw::RawLimits, text: &str) -> Result<Con
     })
 }
 
-fn upstream(u: &raw::RawUpstream, text: &str) -> Result<Upstream, ConfigError> {
-    let headers = upstream_headers(u, text)?;
+fn upstream(u: &raw::RawUpstream, text: &str, outside: &Outside) -> Result<Upstream, ConfigError> {
+    let headers = upstream_headers(u, text, outside)?;
     let forward_authorization = match (u.forward_authorization, &u.audience) {
         (Some(true), Some(aud)) => Some(aud.clone()),
         (Some(true), None) => {
@@ -663,7 +664,14 @@ fn upstream(u: &raw::RawUpstream, text: &str) -> Result<Upstream, ConfigError> {
 
 /// `[upstreams.headers]`: names checked, values only located (an inline
 /// value is refused without being repeated).
-fn upstream_headers(u: &raw::RawUpstream, text: &str) -> Result<Vec<UpstreamHeader>, ConfigError> {
+/// An upstream's `headers`: each value's variable or file recorded in
+/// `outside` (listed by `check-config`) and checked when it is there;
+/// the gateway reads them again when it starts and on each reload.
+fn upstream_headers(
+    u: &raw::RawUpstream,
+    text: &str,
+    outside: &Outside,
+) -> Result<Vec<UpstreamHeader>, ConfigError> {
     let mut out = Vec::new();
     for (name, spec) in u.headers.iter().flatten() {
         let err = |why: &str| {
@@ -686,6 +694,11 @@ fn upstream_headers(u: &raw::RawUpstream, text: &str) -> Result<Vec<UpstreamHead
         };
         if out.iter().any(|h: &UpstreamHeader| h.name == parsed) {
             return Err(err("named twice"));
+        }
+        let what = format!("upstream `{}` header {parsed}", u.name);
+        if let Some(value) = outside.read(&what, source.clone()).map_err(|e| err(&e))? {
+            crate::upstream::credentials::Secret::new(&value)
+                .map_err(|why| err(&format!("the value {why}")))?;
         }
         out.push(UpstreamHeader { name: parsed, source });
     }

@@ -195,10 +195,13 @@ fn upstream_header_values_are_never_inline_and_never_repeated() {
     }
     let both = upstream_with("headers = { X-Api-Key = { value_env = \"K\", value_file = \"f\" } }");
     assert!(Config::from_toml(&both).is_err());
-    // Only located when the file is read: the values are read at start.
+    // A value that is not there: listed by `check-config`, an error for the gateway.
     let good = upstream_with("headers = { X-Api-Key = { value_env = \"SESSIONLESS_UNSET_FOR_TEST\" } }");
-    let c = Config::from_toml(&good).unwrap();
-    assert_eq!(c.routes[0].upstream.headers[0].name, "x-api-key");
+    let checked = super::check::Checked::from_toml(&good).unwrap();
+    assert_eq!(checked.routes()[0].upstream.headers[0].name, "x-api-key");
+    assert!(checked.needs().iter().any(|n| n.what.contains("x-api-key") && n.missing.is_some()));
+    let err = Config::from_toml(&good).unwrap_err().0;
+    assert!(err.contains("SESSIONLESS_UNSET_FOR_TEST is not set"), "{err}");
 }
 
 #[test]
@@ -211,10 +214,12 @@ fn forwarding_the_client_token_needs_a_jwt_route_of_the_upstreams_audience() {
             .replace("cache_scope = \"public\"", auth)
             + policy
     };
-    assert!(Config::from_toml(&fwd("https://api.test", "auth = \"users\"")).is_ok());
-    let err = Config::from_toml(&fwd("https://other.test", "auth = \"users\"")).unwrap_err().0;
+    // Checked as `check-config` does: the policy's HS256 secret is not in this environment.
+    let check = |text: &str| super::check::Checked::from_toml(text).map(|_| ());
+    assert!(check(&fwd("https://api.test", "auth = \"users\"")).is_ok());
+    let err = check(&fwd("https://other.test", "auth = \"users\"")).unwrap_err().0;
     assert!(err.contains("audience"), "{err}");
-    assert!(Config::from_toml(&fwd("https://api.test", "")).is_err(), "a route without a policy");
+    assert!(check(&fwd("https://api.test", "")).is_err(), "a route without a policy");
     let no_aud = upstream_with("forward_authorization = true");
     assert!(Config::from_toml(&no_aud).unwrap_err().0.contains("audience"));
 }
