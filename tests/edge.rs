@@ -355,7 +355,10 @@ async fn tls_serves_h1_and_h2_and_a_reload_swaps_the_certificate() {
         cert.display(),
         key.display()
     );
-    let running = sessionless::run(Config::from_toml(&text).unwrap()).await.unwrap();
+    let file = d.join("gateway.toml");
+    std::fs::write(&file, text).unwrap();
+    let source = sessionless::reload::Source { path: file, listen: None, watch: false };
+    let running = sessionless::run_from(source).await.unwrap();
     let _stop = Stop(running.shutdown_token());
     let url = running.url("/healthz");
     assert!(url.starts_with("https://127.0.0.1:"), "{url}");
@@ -375,12 +378,13 @@ async fn tls_serves_h1_and_h2_and_a_reload_swaps_the_certificate() {
     });
     assert!(!plain.await.unwrap().starts_with("200"), "no plain HTTP on a TLS listener");
 
-    // New files, then the reload: the next handshake serves the new pair.
+    // New files, then the configuration's reload (SIGHUP's): the next
+    // handshake serves the new pair.
     let old = d.join("old");
     std::fs::create_dir_all(&old).unwrap();
     std::fs::rename(&ca, old.join("ca.pem")).unwrap();
     let (_, _, ca2) = certificate(&d);
-    running.tls.as_ref().unwrap().reload().unwrap();
+    running.reload().await.expect("the new pair loads");
     let ca2 = ca2.display().to_string();
     let old_ca = old.join("ca.pem").display().to_string();
     assert_eq!(get(vec!["--cacert".into(), ca2, "--http2".into()]).await.unwrap(), "200 2");
