@@ -180,11 +180,6 @@ fn keep_running(current: &Config, next: &mut Config) -> Vec<&'static str> {
         changed.push("cluster");
     }
     next.cluster = current.cluster.clone();
-    if next.telemetry.otlp != current.telemetry.otlp {
-        // The exporter runs from the start.
-        changed.push("telemetry.otlp");
-        next.telemetry.otlp = current.telemetry.otlp.clone();
-    }
     if next.tls.is_some() != current.tls.is_some() {
         // The listener was bound with TLS or without.
         changed.push(if current.tls.is_some() { "server.tls (removed)" } else { "server.tls (added)" });

@@ -46,11 +46,14 @@ impl Source {
 pub struct Reloader {
     gateway: Arc<Gateway>,
     source: Source,
+    /// One reload at a time, from reading the file to the swap: a file read
+    /// earlier never lands after one read later.
+    one: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Reloader {
     pub fn new(gateway: Arc<Gateway>, source: Source) -> Reloader {
-        Reloader { gateway, source }
+        Reloader { gateway, source, one: Arc::default() }
     }
 
     /// Whether changes to the file reload it.
@@ -61,6 +64,7 @@ impl Reloader {
     /// Reads the file again and applies it, or keeps the running
     /// configuration and says why. Logs the outcome either way.
     pub async fn reload(&self, why: &str) -> Result<Reloaded, String> {
+        let _one = self.one.lock().await;
         let outcome = match self.source.load() {
             Ok(config) => self.gateway.reload(config).await,
             Err(e) => {

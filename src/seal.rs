@@ -22,6 +22,8 @@ use sha2::Sha256;
 use crate::config::SealKey;
 
 const VERSION: u8 = 1;
+/// The id of the random key of a process started without keys.
+const EPHEMERAL: &str = "ephemeral";
 const SALT_LEN: usize = 16;
 const NONCE_LEN: usize = 12;
 const INFO: &[u8] = b"sessionless seal v1";
@@ -80,7 +82,7 @@ impl Sealer {
         let keys = if keys.is_empty() {
             let mut bytes = [0u8; 32];
             rand::thread_rng().fill_bytes(&mut bytes);
-            vec![SealKey { id: "ephemeral".into(), bytes }]
+            vec![SealKey { id: EPHEMERAL.into(), bytes }]
         } else {
             keys
         };
@@ -90,10 +92,18 @@ impl Sealer {
     /// Puts `keys` (newest first, at least one) in place of the current
     /// ones (a reload): the first seals from now on, every one opens.
     /// Whatever is being sealed or opened meanwhile uses the old set whole.
-    pub fn replace(&self, keys: Vec<SealKey>) {
-        if !keys.is_empty() {
-            self.keys.store(Arc::new(keys));
+    pub fn replace(&self, mut keys: Vec<SealKey>) {
+        if keys.is_empty() {
+            return;
         }
+        // The per-process key of a start without keys still opens what it
+        // sealed (it never seals again).
+        if let Some(ephemeral) = self.keys.load().iter().find(|k| k.id == EPHEMERAL) {
+            if !keys.iter().any(|k| k.id == EPHEMERAL) {
+                keys.push(ephemeral.clone());
+            }
+        }
+        self.keys.store(Arc::new(keys));
     }
 
     /// The ids of the keys, newest first.

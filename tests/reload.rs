@@ -488,3 +488,38 @@ async fn sighup_reloads_the_binary() {
     assert!(logged(), "{log}");
     assert!(!log.contains("bob-key") && !log.contains("alice-key"), "no key in the log");
 }
+
+#[tokio::test]
+async fn a_rotated_upstream_header_reaches_new_calls_on_pooled_sessions() {
+    let d = dir("rotate");
+    let up = echo("hi").start().await;
+    let key = d.join("upstream-key");
+    std::fs::write(&key, "old-key").unwrap();
+    let file = d.join("gateway.toml");
+    let text = format!(
+        "[[upstreams]]\nname = \"u\"\nurl = \"{}\"\ngeneration = \"legacy\"\n\
+         [upstreams.headers]\nX-Api-Key = {{ value_file = \"{}\" }}\n\n{}",
+        up.url(),
+        key.display(),
+        route("/mcp", "u")
+    );
+    write(&file, &text);
+    let gw = Gateway::from_file(&file, false).await;
+    let last_key = || {
+        let seen = up.seen();
+        let call = seen.iter().rev().find(|s| s.rpc_method() == Some("tools/call")).expect("a call upstream");
+        call.header("x-api-key").map(str::to_string)
+    };
+    assert_eq!(text_of_call(&gw, 1).await, "hi");
+    assert_eq!(last_key().as_deref(), Some("old-key"));
+
+    std::fs::write(&key, "new-key").unwrap();
+    gw.reload().await.expect("applied");
+    assert_eq!(text_of_call(&gw, 2).await, "hi");
+    assert_eq!(last_key().as_deref(), Some("new-key"), "the pooled session of the old key is not reused");
+    gw.stop().await;
+}
+
+async fn text_of_call(gw: &Gateway, id: u64) -> String {
+    text(&call(gw, "/mcp", id).send().await).to_string()
+}

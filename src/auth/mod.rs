@@ -197,12 +197,15 @@ pub fn metadata(config: &Config, host: Option<&str>, path: &str) -> Option<Respo
     let suffix = path.strip_prefix(METADATA_PATH)?;
     // Only a policy that names its resource has metadata (RFC 9728: `resource` is required).
     // A route naming another host is not this host's.
-    let protected: Vec<_> = config
+    // Routes naming this host first: they win over a host-less route of the
+    // same path, as in routing.
+    let mut protected: Vec<_> = config
         .routes
         .iter()
         .filter(|r| r.host.is_none() || r.host.as_deref() == host)
         .filter_map(|r| Some((r, r.auth.as_ref().filter(|p| p.resource.is_some())?)))
         .collect();
+    protected.sort_by_key(|(r, _)| r.host.is_none());
     let (_, policy) = match suffix {
         "" | "/" if protected.len() == 1 => protected[0],
         _ => *protected.iter().find(|(r, p)| {

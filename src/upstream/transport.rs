@@ -177,6 +177,11 @@ impl Transport {
         Transport(Arc::new(Inner { http, upstream, instance, health, max_response, counts, credentials }))
     }
 
+    /// Whether `other` is this very client (not a rebuilt one for the same URL).
+    pub fn same(&self, other: &Transport) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
     /// What it adds to every request (an upstream's own headers).
     pub fn credentials(&self) -> &Credentials {
         &self.0.credentials

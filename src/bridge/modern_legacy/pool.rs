@@ -39,17 +39,38 @@ impl Pool {
 
     /// The pooled session for `key`, opened on first use.
     pub async fn acquire(&self, transport: &Transport, key: &PoolKey) -> Result<Arc<Session>, Error> {
-        let slot = self.slot(key)?;
-        let open = || Box::pin(self.open(transport, key.clone()));
-        let session = match slot.cell.get_or_try_init(open).await {
-            Ok(s) => s.clone(),
-            Err(e) => {
-                self.forget_unopened(key, &slot);
-                return Err(e);
+        loop {
+            let slot = self.slot(key)?;
+            let open = || Box::pin(self.open(transport, key.clone()));
+            let session = match slot.cell.get_or_try_init(open).await {
+                Ok(s) => s.clone(),
+                Err(e) => {
+                    self.forget_unopened(key, &slot);
+                    return Err(e);
+                }
+            };
+            // Opened through a transport a reload has since replaced (its
+            // upstream's settings or header values changed): new calls get a
+            // new session; calls still on the old one finish on it.
+            if !session.transport.same(transport) {
+                self.forget_replaced(&session);
+                continue;
             }
-        };
-        session.last_used.store(self.now_ms(), std::sync::atomic::Ordering::Relaxed);
-        Ok(session)
+            session.last_used.store(self.now_ms(), std::sync::atomic::Ordering::Relaxed);
+            return Ok(session);
+        }
+    }
+
+    /// Takes `session` out of the pool without closing it (calls may still
+    /// be running or parked on it); the upstream's idle timeout ends it.
+    fn forget_replaced(&self, session: &Arc<Session>) {
+        let mut slots = self.slots.lock().expect("pool lock");
+        let same =
+            slots.get(&session.key).and_then(|slot| slot.cell.get()).is_some_and(|s| Arc::ptr_eq(s, session));
+        if same {
+            slots.remove(&session.key);
+            self.metrics.sessions_open.get_or_create(&Metrics::route(&session.key.route)).dec();
+        }
     }
 
     /// Drops a slot whose session could not be opened, so that an upstream
