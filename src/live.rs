@@ -31,10 +31,9 @@ use crate::seal::Sealer;
 pub struct Live {
     pub config: Arc<Config>,
     pub targets: Arc<Targets>,
-    pub auth: Auth,
-    /// Routes removed by a reload, with the time until which the retries of
-    /// calls parked on them are still served.
-    retired: Vec<(Arc<Target>, Instant)>,
+    pub auth: Arc<Auth>,
+    /// Routes removed by a reload, kept for the retries of calls parked on them.
+    retired: Vec<Retired>,
     /// Whether some route names a host (lookups then need the request's).
     by_host: bool,
     /// Ends this generation's tasks (health probes, rate-limit sweeps,
@@ -42,30 +41,41 @@ pub struct Live {
     tasks: CancellationToken,
 }
 
+/// A route removed by a reload: served, with the verifiers of the
+/// generation it came from, for the retries of calls parked on it until
+/// `until`.
+#[derive(Clone)]
+struct Retired {
+    target: Arc<Target>,
+    auth: Arc<Auth>,
+    until: Instant,
+}
+
 /// A route found for a request.
 pub struct Found {
     pub target: Arc<Target>,
-    /// Removed by a reload: only the retry of a call parked on it is served.
-    pub retired: bool,
+    /// Removed by a reload: only the retry of a call parked on it is served,
+    /// checked by the verifiers it had (its policy may be gone now).
+    pub retired: Option<Arc<Auth>>,
 }
 
 impl Live {
     /// The first generation.
     pub fn new(config: Config, metrics: &Metrics, stop: &CancellationToken) -> Result<Live, String> {
         let targets = Arc::new(Targets::new(&config, metrics)?);
-        let auth = Auth::new(&config, metrics.clone(), None)?;
+        let auth = Arc::new(Auth::new(&config, metrics.clone(), None)?);
         Ok(Live::assemble(config, targets, auth, Vec::new(), stop))
     }
 
     fn assemble(
         config: Config,
         targets: Arc<Targets>,
-        auth: Auth,
-        retired: Vec<(Arc<Target>, Instant)>,
+        auth: Arc<Auth>,
+        retired: Vec<Retired>,
         stop: &CancellationToken,
     ) -> Live {
         Live {
-            by_host: targets.by_host(),
+            by_host: targets.by_host() || retired.iter().any(|r| r.target.route.host.is_some()),
             config: Arc::new(config),
             targets,
             auth,
@@ -79,28 +89,28 @@ impl Live {
     pub fn route<'a>(&self, host: impl FnOnce() -> Option<&'a str>, path: &str) -> Option<Found> {
         let host = if self.by_host { host().map(crate::config::request_host) } else { None };
         if let Some(target) = self.targets.get(host.as_deref(), path) {
-            return Some(Found { target: target.clone(), retired: false });
+            return Some(Found { target: target.clone(), retired: None });
         }
         if self.retired.is_empty() {
             return None;
         }
         let now = Instant::now();
-        let retired: Vec<_> = self.retired.iter().filter(|(_, until)| *until > now).collect();
-        let target = crate::config::route_for(&retired, host.as_deref(), path, |(t, _)| &t.route)?;
-        Some(Found { target: target.0.clone(), retired: true })
+        let retired: Vec<_> = self.retired.iter().filter(|r| r.until > now).collect();
+        let r = crate::config::route_for(&retired, host.as_deref(), path, |r| &r.target.route)?;
+        Some(Found { target: r.target.clone(), retired: Some(r.auth.clone()) })
     }
 
     /// The route of `id` (as sealed or forwarded by another replica),
     /// retired ones included.
     pub fn route_by_id(&self, id: &str) -> Option<Found> {
         if let Some(target) = self.targets.by_id(id) {
-            return Some(Found { target: target.clone(), retired: false });
+            return Some(Found { target: target.clone(), retired: None });
         }
         let now = Instant::now();
         self.retired
             .iter()
-            .find(|(t, until)| t.route.id == id && *until > now)
-            .map(|(t, _)| Found { target: t.clone(), retired: true })
+            .find(|r| r.target.route.id == id && r.until > now)
+            .map(|r| Found { target: r.target.clone(), retired: Some(r.auth.clone()) })
     }
 
     /// Starts this generation's background tasks: the health probes of
@@ -219,7 +229,7 @@ pub fn prepare(
     stop: &CancellationToken,
 ) -> Result<(Live, Reloaded), String> {
     let needs_restart = keep_running(&current.config, &mut next);
-    let auth = Auth::new(&next, metrics.clone(), Some(&current.auth))?;
+    let auth = Arc::new(Auth::new(&next, metrics.clone(), Some(&current.auth))?);
     let targets = Arc::new(Targets::carry(&next, metrics, Some(&current.targets))?);
     let mut report = Reloaded { needs_restart, keys: next.keys != current.config.keys, ..Default::default() };
     for t in targets.all() {
@@ -232,16 +242,16 @@ pub fn prepare(
     // Removed routes: kept for their parked flows' retries; earlier
     // retirees until their own deadline, unless the route came back.
     let until = Instant::now() + current.config.limits.parked_flow_ttl + RETIRED_SLACK;
-    let mut retired: Vec<(Arc<Target>, Instant)> = current
+    let mut retired: Vec<Retired> = current
         .retired
         .iter()
-        .filter(|(t, at)| *at > Instant::now() && targets.by_id(&t.route.id).is_none())
+        .filter(|r| r.until > Instant::now() && targets.by_id(&r.target.route.id).is_none())
         .cloned()
         .collect();
     for t in current.targets.all() {
         if targets.by_id(&t.route.id).is_none() {
             report.removed.push(t.route.id.clone());
-            retired.push((t.clone(), until));
+            retired.push(Retired { target: t.clone(), auth: current.auth.clone(), until });
         }
     }
     Ok((Live::assemble(next, targets, auth, retired, stop), report))

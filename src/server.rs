@@ -316,6 +316,9 @@ impl Gateway {
     async fn mcp(self: Arc<Self>, live: Arc<Live>, found: Found, req: Request<Incoming>) -> Response<Body> {
         let started = Instant::now();
         let Found { target, retired } = found;
+        // A retired route's policy is checked by the verifiers it had.
+        let auth = retired.clone().unwrap_or_else(|| live.auth.clone());
+        let retired = retired.is_some();
         let (parts, body) = req.into_parts();
         // GET and DELETE exist only in the session era: a legacy session's
         // stream and its end. Without a legacy marker they stay 405.
@@ -334,7 +337,7 @@ impl Gateway {
         // Who is calling, before anything is read or sent.
         let who = match &target.route.auth {
             None => crate::auth::anyone(&parts.headers),
-            Some(policy) => match live.auth.check(&target.route.id, policy, &parts.headers).await {
+            Some(policy) => match auth.check(&target.route.id, policy, &parts.headers).await {
                 Ok(who) => who,
                 Err(e) => {
                     let mut resp = self.reject_as(client, &target, None, &e, started);
@@ -411,7 +414,7 @@ impl Gateway {
         };
         match Cell::of(generation, upstream, target.translates_legacy()) {
             cell @ (Cell::ModernLegacy | Cell::ModernModern) => {
-                self.dispatch(cell, Found { target, retired }, caller, admission, started).await
+                self.dispatch(cell, target, retired, caller, admission, started).await
             }
             Cell::LegacyModern => self.translate(target, caller, admission, started).await,
             Cell::LegacyLegacy => {
@@ -539,12 +542,12 @@ impl Gateway {
     async fn dispatch(
         self: Arc<Self>,
         cell: Cell,
-        found: Found,
+        target: Arc<Target>,
+        retired: bool,
         caller: Caller,
         admission: Admission,
         started: Instant,
     ) -> Response<Body> {
-        let Found { target, retired } = found;
         let call = match front::parse(&caller.headers, &caller.body) {
             Ok(Message::Notification) => return reply::empty(StatusCode::ACCEPTED),
             Ok(Message::Call(call)) => *call,

@@ -523,3 +523,42 @@ async fn a_rotated_upstream_header_reaches_new_calls_on_pooled_sessions() {
 async fn text_of_call(gw: &Gateway, id: u64) -> String {
     text(&call(gw, "/mcp", id).send().await).to_string()
 }
+
+#[tokio::test]
+async fn a_removed_route_and_its_policy_still_check_their_parked_calls_retries() {
+    use support::jwt::{claims, Signer, AUDIENCE, HS_SECRET, ISSUER};
+    let d = dir("removed-policy");
+    let up = FakeUpstream::asking_each_call().start().await;
+    seal_key(&d, "k1", 1);
+    std::fs::write(d.join("hs"), HS_SECRET).unwrap();
+    let head = format!(
+        "[[keys]]\nid = \"k1\"\nfile = \"{}\"\n\n{}",
+        d.join("k1").display(),
+        upstreams(&[("u", &up)])
+    );
+    let file = d.join("gateway.toml");
+    write(
+        &file,
+        &format!(
+            "{head}[auth.users]\ntype = \"jwt\"\nissuer = \"{ISSUER}\"\naudience = \"{AUDIENCE}\"\n\
+             algorithms = [\"HS256\"]\nhs256_secret_file = \"{}\"\n\n{}auth = \"users\"\n\n{}",
+            d.join("hs").display(),
+            route("/old", "u"),
+            route("/kept", "u")
+        ),
+    );
+    let gw = Gateway::from_file(&file, false).await;
+    let token = Signer::hs().sign(&claims("ada", "mcp"));
+    let first = ask(&gw, "/old", 1).bearer(&token).send().await;
+    assert_eq!(first.result()["resultType"], "input_required", "{}", first.raw);
+
+    // The route and its JWT policy leave together: the retry is still
+    // checked, by the verifier the route had.
+    write(&file, &format!("{head}{}", route("/kept", "u")));
+    gw.reload().await.expect("applied");
+    let unauthenticated = answer(&gw, "/old", 2, first.result()).send().await;
+    assert_eq!(unauthenticated.status, 401, "{}", unauthenticated.raw);
+    let done = answer(&gw, "/old", 3, first.result()).bearer(&token).send().await;
+    assert_eq!(text(&done), "carried on", "{}", done.raw);
+    gw.stop().await;
+}
