@@ -64,6 +64,11 @@ impl Pool {
     /// Takes `session` out of the pool without closing it (calls may still
     /// be running or parked on it); the upstream's idle timeout ends it.
     fn forget_replaced(&self, session: &Arc<Session>) {
+        self.take_out(session);
+    }
+
+    /// Removes `session`'s slot if it still holds `session`.
+    fn take_out(&self, session: &Arc<Session>) {
         let mut slots = self.slots.lock().expect("pool lock");
         let same =
             slots.get(&session.key).and_then(|slot| slot.cell.get()).is_some_and(|s| Arc::ptr_eq(s, session));
@@ -131,13 +136,7 @@ impl Pool {
 
     /// Forgets `session` (after the upstream answered 404 for it).
     pub fn invalidate(&self, session: &Arc<Session>) {
-        let mut slots = self.slots.lock().expect("pool lock");
-        let same =
-            slots.get(&session.key).and_then(|slot| slot.cell.get()).is_some_and(|s| Arc::ptr_eq(s, session));
-        if same {
-            slots.remove(&session.key);
-            self.metrics.sessions_open.get_or_create(&Metrics::route(&session.key.route)).dec();
-        }
+        self.take_out(session);
         self.metrics.sessions_expired.get_or_create(&Metrics::route(&session.key.route)).inc();
     }
 
