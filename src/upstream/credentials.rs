@@ -104,18 +104,24 @@ impl Credentials {
     }
 
     /// `headers` followed by the added ones, as the h1 client writes them.
+    /// Without added headers or a token to send, `headers` as they are
+    /// (no copy on the request path).
     pub fn add<'a>(
         &'a self,
-        headers: &[(&'a str, &'a str)],
+        headers: &'a [(&'a str, &'a str)],
         token: Option<&'a Secret>,
-    ) -> Vec<(&'a str, &'a str)> {
+    ) -> std::borrow::Cow<'a, [(&'a str, &'a str)]> {
+        let token = token.filter(|_| self.forward);
+        if self.headers.is_empty() && token.is_none() {
+            return std::borrow::Cow::Borrowed(headers);
+        }
         let mut all = Vec::with_capacity(headers.len() + self.headers.len() + 1);
         all.extend_from_slice(headers);
         all.extend(self.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())));
-        if let Some(token) = token.filter(|_| self.forward) {
+        if let Some(token) = token {
             all.push(("authorization", token.as_str()));
         }
-        all
+        std::borrow::Cow::Owned(all)
     }
 
     pub fn forwards(&self) -> bool {
