@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A/B of two sessionless builds in one run, on loopback: tools/call `echo`
-# through each gateway in front of one built-in legacy server, at concurrency
+# through each gateway in front of one legacy server (the fast upstream,
+# examples/fast_upstream.rs; AB_UPSTREAM=demo for the built-in one), at concurrency
 # 1, 8 and 32, the two alternating cell by cell (order swapped every rep).
 # Prints median throughput, p50 and gateway CPU per request for each build,
 # and the median of the pair-by-pair ratios (B ÷ A). Every process it starts is stopped on exit.
@@ -9,7 +10,7 @@
 #   BENCH_REPS=7 BENCH_DURATION=3 bench/ab.sh A_BIN B_BIN
 #
 # The load generator and the upstream come from B's tree (target/release):
-# build them with `cargo build --release --bin sessionless --example loadgen`.
+# build them with `cargo build --release --bin sessionless --example loadgen --example fast_upstream`.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -34,7 +35,11 @@ trap cleanup EXIT
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
 
-"$B_BIN" demo-upstream --listen 127.0.0.1:0 2>"$OUT/upstream.log" &
+if [[ ${AB_UPSTREAM:-fast} == fast ]]; then
+    "$TARGET_DIR/release/examples/fast_upstream" --listen 127.0.0.1:0 2>"$OUT/upstream.log" &
+else
+    "$B_BIN" demo-upstream --listen 127.0.0.1:0 2>"$OUT/upstream.log" &
+fi
 PIDS+=($!)
 UP=$(port_from_log "$OUT/upstream.log" 'on http://127\.0\.0\.1:[0-9]+')
 
@@ -46,6 +51,7 @@ listen = "127.0.0.1:0"
 [[upstreams]]
 name = "demo"
 url = "http://127.0.0.1:$UP/mcp"
+generation = "legacy"
 
 [[routes]]
 path = "/mcp"
@@ -61,7 +67,7 @@ A_PORT=$PORT A_PID=$PID
 start b "$B_BIN"
 B_PORT=$PORT B_PID=$PID
 CLK_TCK=$(getconf CLK_TCK)
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # user + system, all threads
+cpu_ticks() { awk '{print $14, $15}' "/proc/$1/stat"; } # user system, all threads
 echo "upstream :$UP, A :$A_PORT ($A_BIN), B :$B_PORT ($B_BIN); reps=$REPS duration=${DURATION}s" >&2
 
 for rep in $(seq "$REPS"); do
@@ -71,13 +77,14 @@ for rep in $(seq "$REPS"); do
         for t in "${order[@]}"; do
             port=$A_PORT pid=$A_PID
             [[ $t == b ]] && port=$B_PORT pid=$B_PID
-            t0=$(cpu_ticks "$pid")
+            read -r u0 s0 < <(cpu_ticks "$pid")
             line=$(timeout $((DURATION + WARMUP + 60)) "$LOADGEN" modern --addr "127.0.0.1:$port" -c "$c" \
                 -d "$DURATION" --warmup "$WARMUP" --label "$t" --rep "$rep")
-            t1=$(cpu_ticks "$pid")
+            read -r u1 s1 < <(cpu_ticks "$pid")
             # The gateway's CPU (warm-up included) over every request sent.
             all=$(grep -oE '"all_requests":[0-9]+' <<<"$line" | cut -d: -f2)
-            echo "${line%\}},\"cpu_us\":$(python3 -c "print(($t1 - $t0) * 1e6 / $CLK_TCK / max(1, ${all:-0}))")}" >>"$RESULTS"
+            us=$(python3 -c "n = max(1, ${all:-0}); print('%.2f,%.2f' % (($u1 - $u0) * 1e6 / $CLK_TCK / n, ($s1 - $s0) * 1e6 / $CLK_TCK / n))")
+            echo "${line%\}},\"user_us\":${us%,*},\"sys_us\":${us#*,},\"cpu_us\":$(python3 -c "print(${us%,*} + ${us#*,})")}" >>"$RESULTS"
         done
     done
     echo "rep $rep done" >&2
@@ -86,7 +93,7 @@ done
 python3 - "$RESULTS" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print("| c | A req/s | B req/s | B÷A req/s (pairs) | A p50 µs | B p50 µs | B÷A p50 (pairs) | A CPU µs/req | B CPU µs/req | errors A/B |")
+print("| c | A req/s | B req/s | B÷A req/s (pairs) | A p50 µs | B p50 µs | B÷A p50 (pairs) | A CPU µs/req (user + sys) | B CPU µs/req (user + sys) | errors A/B |")
 print("|---|---|---|---|---|---|---|---|---|---|")
 for c in (1, 8, 32):
     cell = {(r["label"], r["rep"]): r for r in rows if r["concurrency"] == c}
@@ -98,7 +105,9 @@ for c in (1, 8, 32):
     rps_ratio = med([b["rps"] / a["rps"] for a, b in pairs if a["rps"]])
     p50_ratio = med([b["p50_us"] / a["p50_us"] for a, b in pairs if a["p50_us"]])
     errs = f'{sum(a["errors"] for a, _ in pairs)}/{sum(b["errors"] for _, b in pairs)}'
-    a_cpu, b_cpu = med([a["cpu_us"] for a, _ in pairs]), med([b["cpu_us"] for _, b in pairs])
-    print(f"| {c} | {a_rps:.0f} | {b_rps:.0f} | {rps_ratio:.3f} | {a_p50:.0f} | {b_p50:.0f} | {p50_ratio:.3f} | {a_cpu:.1f} | {b_cpu:.1f} | {errs} |")
+    cpu = lambda side, k: med([p[side][k] for p in pairs])
+    a_cpu = f'{cpu(0, "cpu_us"):.1f} ({cpu(0, "user_us"):.1f} + {cpu(0, "sys_us"):.1f})'
+    b_cpu = f'{cpu(1, "cpu_us"):.1f} ({cpu(1, "user_us"):.1f} + {cpu(1, "sys_us"):.1f})'
+    print(f"| {c} | {a_rps:.0f} | {b_rps:.0f} | {rps_ratio:.3f} | {a_p50:.0f} | {b_p50:.0f} | {p50_ratio:.3f} | {a_cpu} | {b_cpu} | {errs} |")
 EOF
 echo "raw: $RESULTS" >&2

@@ -38,7 +38,7 @@ PRINCIPALS=${BENCH_PRINCIPALS:-1000}
 THREADS=${BENCH_LOADGEN_THREADS:-1}
 CONCURRENCY=(1 8 32)
 ONLY=${BENCH_ONLY:-}
-PARTS=(echo legacy modern auth mrtr memory criterion)
+PARTS=(fast syscalls echo legacy modern auth mrtr memory criterion)
 want() { [[ -z $ONLY || ",$ONLY," == *",$1,"* ]]; }
 for part in ${ONLY//,/ }; do
     [[ " ${PARTS[*]} " == *" $part "* ]] || { echo "BENCH_ONLY: unknown part '$part' (${PARTS[*]})" >&2; exit 2; }
@@ -101,7 +101,7 @@ command -v curl >/dev/null || { echo "curl is missing" >&2; exit 1; }
 
 if [[ ${BENCH_SKIP_BUILD:-0} != 1 ]]; then
     log "building (release) into $TARGET_DIR"
-    (cd "$ROOT" && CARGO_TARGET_DIR=$TARGET_DIR cargo build --release --bins --example loadgen)
+    (cd "$ROOT" && CARGO_TARGET_DIR=$TARGET_DIR cargo build --release --bins --example loadgen --example fast_upstream)
     if [[ ${BENCH_SKIP_CRITERION:-0} != 1 ]]; then
         (cd "$ROOT" && CARGO_TARGET_DIR=$TARGET_DIR cargo bench --bench hot_paths --no-run)
     fi
@@ -212,12 +212,17 @@ start_nginx() { # [$1: directory name, $2: upstream port]
 
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 CLK_TCK=$(getconf CLK_TCK)
-cpu_ticks() { # user+system ticks of these processes (all their threads)
-    local t=0 p
+cpu_ticks() { # "user system" ticks of these processes (all their threads)
+    local u=0 s=0 p pu ps
     for p in "$@"; do
-        [[ -r /proc/$p/stat ]] && t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+        if [[ -r /proc/$p/stat ]] && read -r pu ps < <(awk '{print $14, $15}' "/proc/$p/stat"); then
+            u=$((u + pu)) s=$((s + ps))
+        fi
     done
-    echo "$t"
+    echo "$u $s"
+}
+per_req() { # ticks requests → µs per request with one decimal
+    echo "$(($1 * 1000000 / CLK_TCK / $2)).$(($1 * 10000000 / CLK_TCK / $2 % 10))"
 }
 nginx_pids() { # [$1: master pid]
     local pid=${1:-$NGINX_PID}
@@ -239,24 +244,213 @@ LOAD_UPSTREAM_PID=""
 load() { # mode addr label rep concurrency [extra args…]
     local mode=$1 addr=$2 label=$3 rep=$4 c=$5
     shift 5
-    local line p0 u0 p1 u1 all up=${LOAD_UPSTREAM_PID:-$UPSTREAM_PID}
-    p0=$(cpu_ticks $PROXY_PIDS)
-    u0=$(cpu_ticks "$up")
+    local line pu0 ps0 uu0 us0 pu1 ps1 uu1 us1 all up=${LOAD_UPSTREAM_PID:-$UPSTREAM_PID}
+    read -r pu0 ps0 < <(cpu_ticks $PROXY_PIDS)
+    read -r uu0 us0 < <(cpu_ticks "$up")
     line=$(timeout $((DURATION + WARMUP + 120)) "$LOADGEN" "$mode" --addr "$addr" -c "$c" \
-        -d "$DURATION" --warmup "$WARMUP" --threads "$THREADS" --label "$label" --rep "$rep" "$@") || {
+        -d "$DURATION" --warmup "$WARMUP" --threads "${LOAD_THREADS:-$THREADS}" --label "$label" --rep "$rep" "$@") || {
         log "loadgen $mode $label c=$c failed"
         line="{\"kind\":\"load\",\"label\":\"$label\",\"rep\":$rep,\"mode\":\"$mode\",\"concurrency\":$c,\"requests\":0,\"errors\":1,\"rps\":0,\"first_error\":\"loadgen failed\"}"
     }
-    p1=$(cpu_ticks $PROXY_PIDS)
-    u1=$(cpu_ticks "$up")
+    read -r pu1 ps1 < <(cpu_ticks $PROXY_PIDS)
+    read -r uu1 us1 < <(cpu_ticks "$up")
     all=$(field "$line" all_requests)
     if [[ ${all:-0} -gt 0 ]]; then
-        line="${line%\}},\"proxy_cpu_us\":$(((p1 - p0) * 1000000 / CLK_TCK / all)).$(((p1 - p0) * 10000000 / CLK_TCK / all % 10)),\"upstream_cpu_us\":$(((u1 - u0) * 1000000 / CLK_TCK / all)).$(((u1 - u0) * 10000000 / CLK_TCK / all % 10))}"
+        line="${line%\}},\"proxy_cpu_us\":$(per_req $((pu1 - pu0 + ps1 - ps0)) "$all"),\"proxy_user_us\":$(per_req $((pu1 - pu0)) "$all"),\"proxy_sys_us\":$(per_req $((ps1 - ps0)) "$all"),\"upstream_cpu_us\":$(per_req $((uu1 - uu0 + us1 - us0)) "$all")}"
     fi
     echo "$line" >>"$RESULTS"
     echo "$line"
 }
 field() { grep -oE "\"$2\":[0-9.]+" <<<"$1" | head -1 | cut -d: -f2; }
+
+# An API key (one of 1000 digests in DIR/keys) and an HS256 JWT for the
+# authenticated routes: sets API_KEY and JWT, exports the HS256 secret.
+auth_material() { # DIR
+    mkdir -p "$1"
+    local key_lines jwt_head jwt_claims jwt_sig
+    key_lines=$("$BIN" hash-key bench)
+    API_KEY=$(sed -n 1p <<<"$key_lines")
+    { for i in $(seq 999); do "$BIN" hash-key "k$i" | sed -n 2p; done; sed -n 2p <<<"$key_lines"; } >"$1/keys"
+    SESSIONLESS_BENCH_HS256=$(head -c 48 /dev/urandom | base64 | tr -d '\n=+/')
+    export SESSIONLESS_BENCH_HS256
+    b64url() { base64 | tr -d '\n=' | tr '+/' '-_'; }
+    jwt_head=$(printf '{"alg":"HS256","typ":"JWT"}' | b64url)
+    jwt_claims=$(printf '{"iss":"https://issuer.bench","aud":"https://gateway.bench","sub":"bench","exp":%d}' \
+        $(($(date +%s) + 86400)) | b64url)
+    jwt_sig=$(printf '%s.%s' "$jwt_head" "$jwt_claims" |
+        openssl dgst -sha256 -mac HMAC -macopt "key:$SESSIONLESS_BENCH_HS256" -binary | b64url)
+    JWT=$jwt_head.$jwt_claims.$jwt_sig
+}
+auth_policies() { # DIR: the `keys` and `jwt` policies (TOML)
+    cat <<EOF
+[auth.keys]
+type = "api_key"
+keys_file = "$1/keys"
+
+[auth.jwt]
+type = "jwt"
+issuer = "https://issuer.bench"
+audience = "https://gateway.bench"
+algorithms = ["HS256"]
+hs256_secret_env = "SESSIONLESS_BENCH_HS256"
+EOF
+}
+
+# --- 0. the fast upstream: the headline ------------------------------------
+# examples/fast_upstream.rs costs a few µs per request (the demo server about
+# 15), so that the proxies' own cost shows. One gateway serves four routes to
+# it: /mcp (a 2026 client translated onto a pooled legacy session, and a
+# legacy client relayed), /mcp-modern (the pass-through to the fast server
+# speaking 2026-07-28), /mcp-key and /mcp-jwt (the translating path behind an
+# API key and a JWT). Two nginx, one in front of each fast server. Every cell
+# at concurrency 1, 8, 32, the load generator single-threaded; the stateless
+# echo group also with it multi-threaded (`fastmt-`). Labels: fast-*.
+FAST=$TARGET_DIR/release/examples/fast_upstream
+start_fast() { # generation → FAST_PID FAST_PORT
+    "$FAST" --generation "$1" --listen 127.0.0.1:0 2>"$OUT/fast-$1.log" &
+    PIDS+=($!)
+    FAST_PID=$!
+    FAST_PORT=$(port_from_log "$OUT/fast-$1.log" 'on http://127\.0\.0\.1:[0-9]+')
+}
+
+# strace -c -f on the proxy's processes during one run of $DURATION s at
+# c=32: one JSON line of system calls per request (warm-up 0: the trace
+# covers every request sent).
+syscall_cell() { # label mode addr pids… (then -- loadgen args)
+    local label=$1 mode=$2 addr=$3 pids=() args=() line all tracer
+    shift 3
+    while [[ $# -gt 0 && $1 != -- ]]; do pids+=(-p "$1"); shift; done
+    [[ ${1:-} == -- ]] && shift
+    args=("$@")
+    strace -c -f -q "${pids[@]}" -o "$OUT/strace-$label.txt" 2>/dev/null &
+    tracer=$!
+    sleep 0.5
+    line=$(timeout $((DURATION + 60)) "$LOADGEN" "$mode" --addr "$addr" -c 32 -d "$DURATION" --warmup 0 \
+        --label "$label" "${args[@]}") || line='{}'
+    kill -INT "$tracer" 2>/dev/null || true
+    wait "$tracer" 2>/dev/null || true
+    all=$(field "$line" all_requests)
+    awk -v label="$label" -v n="${all:-0}" '
+        $NF ~ /^[a-z_0-9]+$/ && $(NF-1) ~ /^[0-9]+$/ && $NF != "total" {
+            errs = (NF == 6) ? $5 : 0; calls = (NF == 6) ? $4 : $4
+            out = out sprintf("%s\"%s\":[%d,%d]", sep, $NF, calls, errs); sep = ","
+            total += calls; terr += errs
+        }
+        END { printf "{\"kind\":\"syscalls\",\"label\":\"%s\",\"requests\":%d,\"total\":%d,\"errors\":%d,\"calls\":{%s}}\n", label, n, total, terr, out }
+    ' "$OUT/strace-$label.txt" >>"$RESULTS"
+    log "syscalls $label: $(tail -1 "$RESULTS")"
+}
+
+if want fast || want syscalls; then
+    [[ -x $FAST ]] || { echo "missing $FAST (cargo build --release --example fast_upstream)" >&2; exit 1; }
+    start_fast legacy
+    FAST_LEGACY_PID=$FAST_PID FAST_LEGACY_PORT=$FAST_PORT
+    start_fast modern
+    FAST_MODERN_PID=$FAST_PID FAST_MODERN_PORT=$FAST_PORT
+    FAST_DIR=$OUT/fast
+    auth_material "$FAST_DIR"
+    cat >"$FAST_DIR/gateway.toml" <<EOF
+[server]
+listen = "127.0.0.1:0"
+
+[[upstreams]]
+name = "fast"
+url = "http://127.0.0.1:$FAST_LEGACY_PORT/mcp"
+generation = "legacy"
+
+[[upstreams]]
+name = "fast-modern"
+url = "http://127.0.0.1:$FAST_MODERN_PORT/mcp"
+generation = "modern"
+
+$(auth_policies "$FAST_DIR")
+
+[[routes]]
+path = "/mcp"
+upstream = "fast"
+
+[[routes]]
+path = "/mcp-modern"
+upstream = "fast-modern"
+
+[[routes]]
+path = "/mcp-key"
+upstream = "fast"
+auth = "keys"
+
+[[routes]]
+path = "/mcp-jwt"
+upstream = "fast"
+auth = "jwt"
+EOF
+    start_gateway gateway-fast "$FAST_DIR/gateway.toml"
+    FAST_GATEWAY_PID=$GATEWAY_PID FAST_GATEWAY_PORT=$GATEWAY_PORT
+    start_nginx nginx-fast "$FAST_LEGACY_PORT"
+    FAST_NGINX_PID=$NGINX_PID FAST_NGINX_PORT=$NGINX_PORT
+    start_nginx nginx-fast-modern "$FAST_MODERN_PORT"
+    FAST_MODERN_NGINX_PID=$NGINX_PID FAST_MODERN_NGINX_PORT=$NGINX_PORT
+    log "fast upstreams :$FAST_LEGACY_PORT (legacy) :$FAST_MODERN_PORT (modern), sessionless :$FAST_GATEWAY_PORT, nginx :$FAST_NGINX_PORT / :$FAST_MODERN_NGINX_PORT"
+    GW=127.0.0.1:$FAST_GATEWAY_PORT
+fi
+
+# One cell of the fast part: label target → load (the upstream's CPU is the
+# fast server's that serves it).
+fast_cell() { # label target rep c [threads]
+    local label=$1 t=$2 rep=$3 c=$4 line
+    LOAD_THREADS=${5:-1} LOAD_UPSTREAM_PID=$FAST_LEGACY_PID
+    case $label:$t in
+    *modern-*:direct) PROXY_PIDS="" LOAD_UPSTREAM_PID=$FAST_MODERN_PID line=$(load modern "127.0.0.1:$FAST_MODERN_PORT" "$label" "$rep" "$c") ;;
+    *modern-*:nginx) PROXY_PIDS=$(nginx_pids "$FAST_MODERN_NGINX_PID") LOAD_UPSTREAM_PID=$FAST_MODERN_PID line=$(load modern "127.0.0.1:$FAST_MODERN_NGINX_PORT" "$label" "$rep" "$c") ;;
+    *modern-*:sessionless) PROXY_PIDS=$FAST_GATEWAY_PID LOAD_UPSTREAM_PID=$FAST_MODERN_PID line=$(load modern "$GW" "$label" "$rep" "$c" --path /mcp-modern) ;;
+    *:direct) PROXY_PIDS="" line=$(load legacy "127.0.0.1:$FAST_LEGACY_PORT" "$label" "$rep" "$c") ;;
+    *:nginx) PROXY_PIDS=$(nginx_pids "$FAST_NGINX_PID") line=$(load legacy "127.0.0.1:$FAST_NGINX_PORT" "$label" "$rep" "$c") ;;
+    *legacy-*:sessionless) PROXY_PIDS=$FAST_GATEWAY_PID line=$(load legacy "$GW" "$label" "$rep" "$c") ;;
+    *apikey-*:sessionless) PROXY_PIDS=$FAST_GATEWAY_PID line=$(load modern "$GW" "$label" "$rep" "$c" --path /mcp-key --bearer "$API_KEY") ;;
+    *jwt-*:sessionless) PROXY_PIDS=$FAST_GATEWAY_PID line=$(load modern "$GW" "$label" "$rep" "$c" --path /mcp-jwt --bearer "$JWT") ;;
+    *:sessionless) PROXY_PIDS=$FAST_GATEWAY_PID line=$(load modern "$GW" "$label" "$rep" "$c") ;;
+    esac
+    LOAD_THREADS="" LOAD_UPSTREAM_PID=""
+    log "rep $rep c=$c $label: $(field "$line" rps) req/s, p50 $(field "$line" p50_us) µs, errors $(field "$line" errors), proxy CPU $(field "$line" proxy_user_us) + $(field "$line" proxy_sys_us) µs/req (user + sys)"
+}
+
+if want fast; then
+    for rep in $(seq "$REPS"); do
+        for c in "${CONCURRENCY[@]}"; do
+            # Groups in rotating order, and the targets within each.
+            groups=(echo mt legacy modern auth)
+            shift_by=$(((rep - 1) % ${#groups[@]}))
+            groups=("${groups[@]:$shift_by}" "${groups[@]:0:$shift_by}")
+            order=(direct nginx sessionless)
+            shift_by=$(((rep - 1) % 3))
+            order=("${order[@]:$shift_by}" "${order[@]:0:$shift_by}")
+            for g in "${groups[@]}"; do
+                case $g in
+                echo) for t in "${order[@]}"; do fast_cell "fast-$t" "$t" "$rep" "$c"; done ;;
+                mt) for t in "${order[@]}"; do fast_cell "fastmt-$t" "$t" "$rep" "$c" "$(nproc)"; done ;;
+                legacy) for t in "${order[@]}"; do fast_cell "fast-legacy-$t" "$t" "$rep" "$c"; done ;;
+                modern) for t in "${order[@]}"; do fast_cell "fast-modern-$t" "$t" "$rep" "$c"; done ;;
+                # Beside the same repetition's direct and nginx echo cells.
+                auth) fast_cell fast-apikey-sessionless sessionless "$rep" "$c"
+                      fast_cell fast-jwt-sessionless sessionless "$rep" "$c" ;;
+                esac
+            done
+        done
+    done
+fi
+
+if want syscalls; then
+    command -v strace >/dev/null || { echo "strace is missing: apt-get install strace" >&2; exit 1; }
+    syscall_cell sessionless modern "$GW" "$FAST_GATEWAY_PID"
+    syscall_cell sessionless-modern modern "$GW" "$FAST_GATEWAY_PID" -- --path /mcp-modern
+    # shellcheck disable=SC2046 # the master and its workers, one pid each
+    syscall_cell nginx legacy "127.0.0.1:$FAST_NGINX_PORT" $(nginx_pids "$FAST_NGINX_PID")
+    syscall_cell fast-upstream legacy "127.0.0.1:$FAST_LEGACY_PORT" "$FAST_LEGACY_PID"
+fi
+if want fast || want syscalls; then
+    for pid in "$FAST_MODERN_NGINX_PID" "$FAST_NGINX_PID" "$FAST_GATEWAY_PID" "$FAST_MODERN_PID" "$FAST_LEGACY_PID"; do
+        stop "$pid"
+    done
+fi
 
 # --- 1. throughput and latency --------------------------------------------
 if want echo || want legacy || want mrtr || want auth; then
@@ -378,19 +572,7 @@ done
 # repetition; every answer checked.
 if want auth; then
     AUTH_DIR=$OUT/auth
-    mkdir -p "$AUTH_DIR"
-    key_lines=$("$BIN" hash-key bench)
-    API_KEY=$(sed -n 1p <<<"$key_lines")
-    { for i in $(seq 999); do "$BIN" hash-key "k$i" | sed -n 2p; done; sed -n 2p <<<"$key_lines"; } >"$AUTH_DIR/keys"
-    SESSIONLESS_BENCH_HS256=$(head -c 48 /dev/urandom | base64 | tr -d '\n=+/')
-    export SESSIONLESS_BENCH_HS256
-    b64url() { base64 | tr -d '\n=' | tr '+/' '-_'; }
-    jwt_head=$(printf '{"alg":"HS256","typ":"JWT"}' | b64url)
-    jwt_claims=$(printf '{"iss":"https://issuer.bench","aud":"https://gateway.bench","sub":"bench","exp":%d}' \
-        $(($(date +%s) + 86400)) | b64url)
-    jwt_sig=$(printf '%s.%s' "$jwt_head" "$jwt_claims" |
-        openssl dgst -sha256 -mac HMAC -macopt "key:$SESSIONLESS_BENCH_HS256" -binary | b64url)
-    JWT=$jwt_head.$jwt_claims.$jwt_sig
+    auth_material "$AUTH_DIR"
     cat >"$AUTH_DIR/gateway.toml" <<EOF
 [server]
 listen = "127.0.0.1:0"
@@ -402,16 +584,7 @@ url = "http://127.0.0.1:$UPSTREAM_PORT/mcp"
 [auth.open]
 type = "none"
 
-[auth.keys]
-type = "api_key"
-keys_file = "$AUTH_DIR/keys"
-
-[auth.jwt]
-type = "jwt"
-issuer = "https://issuer.bench"
-audience = "https://gateway.bench"
-algorithms = ["HS256"]
-hs256_secret_env = "SESSIONLESS_BENCH_HS256"
+$(auth_policies "$AUTH_DIR")
 
 [[routes]]
 path = "/mcp"

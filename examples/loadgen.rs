@@ -599,14 +599,26 @@ mod report {
     /// the stateless echo cells, "legacy-" for the legacy relay cells). Writes
     /// the medians table and the ratios table; returns the ratios by concurrency.
     fn group(s: &mut String, lines: &[Value], prefix: &str, title: &str, reps: usize) -> Vec<(u64, Ratios)> {
+        let labels = ["direct", "nginx", "sessionless"].map(|t| format!("{prefix}{t}"));
+        group_of(s, lines, &labels, title, reps)
+    }
+
+    /// [`group`] with the three cells' labels given: direct, nginx, the gateway.
+    fn group_of(
+        s: &mut String,
+        lines: &[Value],
+        labels: &[String; 3],
+        title: &str,
+        reps: usize,
+    ) -> Vec<(u64, Ratios)> {
         let targets = ["direct", "nginx", "sessionless"];
-        let label = |t: &str| format!("{prefix}{t}");
+        let label = |t: &str| labels[targets.iter().position(|x| *x == t).expect("a target")].clone();
         let _ = writeln!(s, "### {title}, closed loop, medians over {reps} repetitions\n");
         let _ = writeln!(
             s,
-            "| concurrency | target | req/s | p50 µs | p99 µs | errors | proxy CPU µs/req | upstream CPU µs/req |"
+            "| concurrency | target | req/s | p50 µs | p99 µs | errors | proxy CPU µs/req | of which user + sys | upstream CPU µs/req |"
         );
-        let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|---:|---:|---:|");
         let mut ratio_rows = Vec::new();
         let mut out = Vec::new();
         for c in [1u64, 8, 32] {
@@ -620,11 +632,15 @@ mod report {
                 let errors: u64 = ls.iter().filter_map(|l| l["errors"].as_u64()).sum();
                 let _ = writeln!(
                     s,
-                    "| {c} | {t} | {} | {} | {} | {errors} | {} | {} |",
+                    "| {c} | {t} | {} | {} | {} | {errors} | {} | {} | {} |",
                     f(med("rps"), 0),
                     f(med("p50_us"), 0),
                     f(med("p99_us"), 0),
                     if t == "direct" { "—".into() } else { f(med("proxy_cpu_us"), 1) },
+                    match (t, med("proxy_user_us"), med("proxy_sys_us")) {
+                        ("direct", ..) | (_, None, _) | (_, _, None) => "—".into(),
+                        (_, u, sys) => format!("{} + {}", f(u, 1), f(sys, 1)),
+                    },
                     f(med("upstream_cpu_us"), 1)
                 );
             }
@@ -751,6 +767,49 @@ mod report {
         }
     }
 
+    /// System calls per request (`strace -c -f` on one run at c=32), by proxy.
+    fn syscalls(s: &mut String, lines: &[Value]) {
+        let rows: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "syscalls").collect();
+        if rows.is_empty() {
+            return;
+        }
+        let _ = writeln!(s, "### System calls per request (strace -c -f, one run at concurrency 32)\n");
+        let _ = writeln!(s, "| process | requests | calls/req | of which failed | per call (/req) |");
+        let _ = writeln!(s, "|---|---:|---:|---:|---|");
+        for r in rows {
+            let n = num(r, "requests");
+            let mut calls: Vec<(String, f64, f64)> = r["calls"]
+                .as_object()
+                .map(|m| {
+                    let per_req = |v: &Value| v.as_f64().unwrap_or(0.0) / n;
+                    m.iter().map(|(k, v)| (k.clone(), per_req(&v[0]), per_req(&v[1]))).collect()
+                })
+                .unwrap_or_default();
+            calls.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap_or(std::cmp::Ordering::Equal));
+            let each: Vec<String> =
+                calls
+                    .iter()
+                    .filter(|c| c.1 >= 0.01)
+                    .map(|(k, c, e)| {
+                        if *e >= 0.01 {
+                            format!("{k} {c:.2} ({e:.2} failed)")
+                        } else {
+                            format!("{k} {c:.2}")
+                        }
+                    })
+                    .collect();
+            let _ = writeln!(
+                s,
+                "| {} | {n} | {} | {} | {} |",
+                r["label"].as_str().unwrap_or("?"),
+                f(Some(num(r, "total") / n), 2),
+                f(Some(num(r, "errors") / n), 2),
+                each.join(", ")
+            );
+        }
+        s.push('\n');
+    }
+
     fn render(lines: &[Value], crit: BTreeMap<String, f64>) -> String {
         let mut s = String::new();
         let reps = lines
@@ -778,7 +837,32 @@ mod report {
                 ));
             }
         };
+        // The fast upstream (the headline): every path, each beside nginx.
+        if has("fast-sessionless") || has("fast-nginx") {
+            let _ = writeln!(s, "## In front of the fast upstream (examples/fast_upstream.rs)\n");
+            let fast = |t: &str| format!("fast-{t}");
+            let groups: [(&str, [String; 3], &str); 6] = [
+                ("2026 client, tools/call echo translated onto a legacy session; load generator single-threaded", ["direct", "nginx", "sessionless"].map(fast), ""),
+                ("the same, load generator multi-threaded", ["direct", "nginx", "sessionless"].map(|t| format!("fastmt-{t}")), " (load generator multi-threaded)"),
+                ("legacy client, tools/call echo on a session (the legacy relay)", ["legacy-direct", "legacy-nginx", "legacy-sessionless"].map(fast), " (legacy relay)"),
+                ("2026 client on a 2026 upstream (the pass-through)", ["modern-direct", "modern-nginx", "modern-sessionless"].map(fast), " (pass-through)"),
+                ("2026 client behind an API key (beside the echo cells' direct and nginx)", ["direct", "nginx", "apikey-sessionless"].map(fast), " (API key)"),
+                ("2026 client behind a JWT (HS256, verification cached)", ["direct", "nginx", "jwt-sessionless"].map(fast), " (JWT)"),
+            ];
+            for (title, labels, what) in groups {
+                if !has(&labels[2]) {
+                    continue;
+                }
+                let ratios = group_of(&mut s, lines, &labels, title, reps);
+                targets(&mut verdicts, &format!(", fast upstream{what}"), ratios);
+                s.push('\n');
+            }
+        }
+        syscalls(&mut s, lines);
         if has("sessionless") || has("nginx") || has("direct") {
+            if !s.is_empty() {
+                let _ = writeln!(s, "## In front of the demo server (sessionless demo-upstream)\n");
+            }
             let ratios = group(&mut s, lines, "", "tools/call echo", reps);
             targets(&mut verdicts, "", ratios);
         }

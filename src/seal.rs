@@ -51,13 +51,18 @@ impl SealError {
 /// Lowercase hex of `bytes` (digests and ids in tokens, labels and files).
 #[inline]
 pub fn hex(bytes: &[u8]) -> String {
+    let mut out = vec![0u8; bytes.len() * 2];
+    hex_into(bytes, &mut out);
+    String::from_utf8(out).expect("hex digits are ASCII")
+}
+
+/// Lowercase hex of `bytes` into `out`, which is twice as long.
+pub fn hex_into(bytes: &[u8], out: &mut [u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(DIGITS[usize::from(b >> 4)] as char);
-        out.push(DIGITS[usize::from(b & 0xf)] as char);
+    for (b, pair) in bytes.iter().zip(out.chunks_exact_mut(2)) {
+        pair[0] = DIGITS[usize::from(b >> 4)];
+        pair[1] = DIGITS[usize::from(b & 0xf)];
     }
-    out
 }
 
 /// Unix time in seconds: the clock sealed expiries are written in.

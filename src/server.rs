@@ -229,7 +229,8 @@ impl Gateway {
                     // Sent upstream only once `mcp` has verified it (nothing is sent before).
                     let forwarded = forwarded_token(&found.target, req.headers()).map(Forwarded::new);
                     let route = found.target.route.clone();
-                    let resp = CLIENT_TOKEN.scope(forwarded.clone(), self.mcp(live, found, req)).await;
+                    let fut = Box::pin(self.mcp(live, found, req));
+                    let resp = CLIENT_TOKEN.scope(forwarded.clone(), fut).await;
                     match forwarded.filter(|f| f.refused()) {
                         Some(_) => challenge_upstream_refusal(&route, resp),
                         None => resp,
@@ -337,7 +338,7 @@ impl Gateway {
         // Who is calling, before anything is read or sent.
         let who = match &target.route.auth {
             None => crate::auth::anyone(&parts.headers),
-            Some(policy) => match auth.check(&target.route.id, policy, &parts.headers).await {
+            Some(policy) => match Box::pin(auth.check(&target.route.id, policy, &parts.headers)).await {
                 Ok(who) => who,
                 Err(e) => {
                     let mut resp = self.reject_as(client, &target, None, &e, started);
@@ -364,7 +365,7 @@ impl Gateway {
             return reply::text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into());
         }
         if legacy_verb {
-            return self.session_verb(&target, parts, principal, started).await;
+            return Box::pin(self.session_verb(&target, parts, principal, started)).await;
         }
         // Taken before the body is read: a body in memory holds a permit
         // and its share of the body budget, each for at most the body timeout.
@@ -414,15 +415,17 @@ impl Gateway {
         };
         match Cell::of(generation, upstream, target.translates_legacy()) {
             cell @ (Cell::ModernLegacy | Cell::ModernModern) => {
-                self.dispatch(cell, target, retired, caller, admission, started).await
+                Box::pin(self.dispatch(cell, target, retired, caller, admission, started)).await
             }
-            Cell::LegacyModern => self.translate(target, caller, admission, started).await,
+            Cell::LegacyModern => Box::pin(self.translate(target, caller, admission, started)).await,
             Cell::LegacyLegacy => {
                 // The relay never forwards the body again: its budget share
                 // goes back once the body is sent, not when a streamed
                 // answer ends (the body itself is dropped then too).
                 let Admission { _call: permit, _body: share } = admission;
-                self.legacy_legacy.post(&target, upstream, caller, Box::new(permit), share, started).await
+                let post =
+                    self.legacy_legacy.post(&target, upstream, caller, Box::new(permit), share, started);
+                Box::pin(post).await
             }
         }
     }
@@ -580,7 +583,7 @@ impl Gateway {
             Err(e) => return self.reject(&target, Some(&call.id), &e, started),
         }
         if cell == Cell::ModernModern {
-            return self.pass(target, call, caller, admission, started).await;
+            return Box::pin(self.pass(target, call, caller, admission, started)).await;
         }
         self.run(target, call, caller, admission, started).await
     }

@@ -13,7 +13,9 @@ pub mod otlp;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
+#[cfg(feature = "otlp")]
+use std::time::SystemTime;
 
 use http::{HeaderMap, HeaderValue};
 
@@ -50,7 +52,8 @@ impl Sinks {
 pub struct Record {
     id: HeaderValue,
     started: Instant,
-    #[cfg_attr(not(feature = "otlp"), allow(dead_code))]
+    /// The span's start (read only when spans are exported).
+    #[cfg(feature = "otlp")]
     wall: SystemTime,
     access: bool,
     sinks: Sinks,
@@ -85,7 +88,15 @@ impl Record {
         let id = headers.get(&REQUEST_ID).filter(|v| sane_id(v.as_bytes())).cloned().unwrap_or_else(new_id);
         let hop = traceparent::from_headers(headers).or_else(|| sinks.tracing().then(Hop::root));
         let state = Mutex::new(State { hop, principal: "-", ..State::default() });
-        Arc::new(Record { id, started: Instant::now(), wall: SystemTime::now(), access, sinks, state })
+        Arc::new(Record {
+            id,
+            started: Instant::now(),
+            #[cfg(feature = "otlp")]
+            wall: SystemTime::now(),
+            access,
+            sinks,
+            state,
+        })
     }
 
     pub fn id(&self) -> &HeaderValue {
@@ -176,6 +187,7 @@ pub fn with_hop<F: std::future::Future>(work: F) -> impl std::future::Future<Out
     let record = Arc::new(Record {
         id: HeaderValue::from_static("-"),
         started: Instant::now(),
+        #[cfg(feature = "otlp")]
         wall: SystemTime::now(),
         access: false,
         sinks: Sinks::default(),
@@ -248,8 +260,10 @@ fn new_id() -> HeaderValue {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let prefix = *PREFIX.get_or_init(|| rand::RngCore::next_u64(&mut rand::thread_rng()));
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let text = format!("{prefix:016x}{n:08x}");
-    HeaderValue::from_str(&text).expect("hex is a header value")
+    let mut text = [0u8; 24];
+    crate::seal::hex_into(&prefix.to_be_bytes(), &mut text[..16]);
+    crate::seal::hex_into(&(n as u32).to_be_bytes(), &mut text[16..]);
+    HeaderValue::from_bytes(&text).expect("hex is a header value")
 }
 
 #[cfg(test)]
