@@ -12,7 +12,8 @@
 #
 # Knobs: PROFILE_MODE (modern | mrtr | principals | legacy), PROFILE_UPSTREAM
 # (legacy | modern: what the built-in server speaks), PROFILE_CONCURRENCY (8),
-# PROFILE_SECONDS (20), BENCH_SKIP_BUILD=1, CARGO_TARGET_DIR (default target/).
+# PROFILE_SECONDS (20), PROFILE_BIN (the gateway binary to profile; default the
+# build's), BENCH_SKIP_BUILD=1, CARGO_TARGET_DIR (default target/).
 # Needs valgrind (apt-get install valgrind). Release builds carry line tables
 # (profile.release debug = 1), so the report names src/ lines.
 set -euo pipefail
@@ -46,7 +47,7 @@ trap 'exit 130' INT TERM
 if [[ ${BENCH_SKIP_BUILD:-0} != 1 ]]; then
     (cd "$ROOT" && CARGO_TARGET_DIR=$TARGET_DIR cargo build --release --bins --example loadgen)
 fi
-BIN=$TARGET_DIR/release/sessionless
+BIN=${PROFILE_BIN:-$TARGET_DIR/release/sessionless}
 LOADGEN=$TARGET_DIR/release/examples/loadgen
 
 # shellcheck source=bench/lib.sh

@@ -305,7 +305,7 @@ impl Gateway {
         started: Instant,
     ) -> Response<Body> {
         let upstream = target.detected.known().and_then(Result::ok).unwrap_or(Generation::Legacy);
-        self.services.count(&target.route.id, (client, upstream), "invalid", err.reason(), started);
+        self.services.count(&target, (client, upstream), "invalid", err.reason(), started);
         let mut resp = error_response(id, err);
         if err.status() == StatusCode::METHOD_NOT_ALLOWED {
             resp.headers_mut()
@@ -461,7 +461,7 @@ impl Gateway {
                     Ok(resp) => {
                         let label = if get { "GET" } else { "DELETE" };
                         let cell = (Generation::Legacy, Generation::Modern);
-                        self.services.count(&target.route.id, cell, label, "ok", started);
+                        self.services.count(&target, cell, label, "ok", started);
                         resp
                     }
                     Err(e) => self.reject_as(Generation::Legacy, target, None, &e, started),
@@ -603,7 +603,7 @@ impl Gateway {
         let (resp, outcome) = self.modern_modern.serve(&target, &call, caller, Box::new(permit)).await;
         drop(share);
         self.services.count(
-            &target.route.id,
+            &target,
             (Generation::Modern, Generation::Modern),
             call.method.as_str(),
             outcome,
@@ -638,7 +638,7 @@ impl Gateway {
             let outcome = gateway.modern_legacy.serve(&target, call, caller, reply).await;
             target.observed(outcome);
             gateway.services.count(
-                &target.route.id,
+                &target,
                 (Generation::Modern, Generation::Legacy),
                 method,
                 outcome,
@@ -666,7 +666,7 @@ impl Gateway {
             drop(caller);
             target.observed(outcome);
             let cell = (Generation::Legacy, Generation::Modern);
-            gateway.services.count(&target.route.id, cell, label, outcome, started);
+            gateway.services.count(&target, cell, label, outcome, started);
             drop(admission);
         });
         answer_of(work, answer).await

@@ -134,30 +134,19 @@ impl Services {
         })
     }
 
-    /// Counts one finished client request (by client and upstream
-    /// generation) and its duration.
+    /// Counts one finished client request of `target` (by client and
+    /// upstream generation) and its duration.
     pub fn count(
         &self,
-        route: &str,
+        target: &Target,
         (client, upstream): (Generation, Generation),
         method: &'static str,
         outcome: &'static str,
         started: std::time::Instant,
     ) {
-        use crate::metrics::{MethodLabels, RequestLabels};
-        let labels = RequestLabels {
-            route: route.to_string(),
-            method,
-            generation: client.as_str(),
-            upstream: upstream.as_str(),
-            outcome,
-        };
-        self.metrics.requests.get_or_create(&labels).inc();
+        let route = target.route.id.as_str();
         let seconds = started.elapsed().as_secs_f64();
-        self.metrics
-            .request_duration
-            .get_or_create(&MethodLabels { route: route.to_string(), method: method.into() })
-            .observe(seconds);
+        target.counts.count(&self.metrics, route, (client, upstream, method, outcome), seconds);
         if method == "tools/call" {
             if let Some(tool) = crate::observe::labelled_tool() {
                 let labels = crate::metrics::ToolLabels { route: route.to_string(), tool };

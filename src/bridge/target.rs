@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::Generation;
@@ -38,6 +39,50 @@ pub struct Target {
     /// `sessionless_upstream_breaker_open`, and what it says.
     breaker: Gauge,
     breaker_was_open: AtomicBool,
+    /// The route's request counters and duration histograms, resolved once.
+    pub counts: Counts,
+}
+
+/// A request's labels besides its route: client and upstream generation,
+/// method, outcome.
+pub type CountKey = (Generation, Generation, &'static str, &'static str);
+
+/// Label sets whose handles a route keeps; past this many (an unusual mix
+/// of methods and outcomes) the families are asked each time.
+const MAX_CACHED_COUNTS: usize = 64;
+
+/// A route's `sessionless_requests_total` counter and request duration
+/// histogram per [`CountKey`], taken from their families the first time:
+/// counting a request then hashes no label set and copies no route id.
+#[derive(Default)]
+pub struct Counts(Mutex<Vec<(CountKey, Counter, Histogram)>>);
+
+impl Counts {
+    /// Counts one request of `route` (the id these handles are labelled with).
+    pub fn count(&self, metrics: &Metrics, route: &str, key: CountKey, seconds: f64) {
+        let mut cached = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, requests, duration)) = cached.iter().find(|(k, ..)| *k == key) {
+            requests.inc();
+            duration.observe(seconds);
+            return;
+        }
+        let (client, upstream, method, outcome) = key;
+        let labels = crate::metrics::RequestLabels {
+            route: route.to_string(),
+            method,
+            generation: client.as_str(),
+            upstream: upstream.as_str(),
+            outcome,
+        };
+        let requests = metrics.requests.get_or_create(&labels).clone();
+        let duration_labels = crate::metrics::MethodLabels { route: route.to_string(), method: method.into() };
+        let duration = metrics.request_duration.get_or_create(&duration_labels).clone();
+        requests.inc();
+        duration.observe(seconds);
+        if cached.len() < MAX_CACHED_COUNTS {
+            cached.push((key, requests, duration));
+        }
+    }
 }
 
 /// What a request asks of its route, for [`Target::admit`].
@@ -266,6 +311,7 @@ impl Targets {
                     busy: metrics.upstream_busy.get_or_create(&labels).clone(),
                     breaker,
                     breaker_was_open: AtomicBool::new(was_open),
+                    counts: Counts::default(),
                 }))
             })
             .collect::<Result<Vec<_>, String>>()?;
