@@ -229,8 +229,14 @@ impl Gateway {
                     // Sent upstream only once `mcp` has verified it (nothing is sent before).
                     let forwarded = forwarded_token(&found.target, req.headers()).map(Forwarded::new);
                     let route = found.target.route.clone();
+                    // Boxed: the cells' futures are large, and this one is
+                    // moved a few times on its way into hyper's connection.
                     let fut = Box::pin(self.mcp(live, found, req));
-                    let resp = CLIENT_TOKEN.scope(forwarded.clone(), fut).await;
+                    // Unset reads as none: no scope (polled at every wake-up) without a token.
+                    let resp = match forwarded.clone() {
+                        Some(token) => CLIENT_TOKEN.scope(Some(token), fut).await,
+                        None => fut.await,
+                    };
                     match forwarded.filter(|f| f.refused()) {
                         Some(_) => challenge_upstream_refusal(&route, resp),
                         None => resp,
@@ -305,7 +311,7 @@ impl Gateway {
         started: Instant,
     ) -> Response<Body> {
         let upstream = target.detected.known().and_then(Result::ok).unwrap_or(Generation::Legacy);
-        self.services.count(&target, (client, upstream), "invalid", err.reason(), started);
+        self.services.count(target, (client, upstream), "invalid", err.reason(), started);
         let mut resp = error_response(id, err);
         if err.status() == StatusCode::METHOD_NOT_ALLOWED {
             resp.headers_mut()
@@ -461,7 +467,7 @@ impl Gateway {
                     Ok(resp) => {
                         let label = if get { "GET" } else { "DELETE" };
                         let cell = (Generation::Legacy, Generation::Modern);
-                        self.services.count(&target, cell, label, "ok", started);
+                        self.services.count(target, cell, label, "ok", started);
                         resp
                     }
                     Err(e) => self.reject_as(Generation::Legacy, target, None, &e, started),

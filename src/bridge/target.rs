@@ -75,7 +75,8 @@ impl Counts {
             outcome,
         };
         let requests = metrics.requests.get_or_create(&labels).clone();
-        let duration_labels = crate::metrics::MethodLabels { route: route.to_string(), method: method.into() };
+        let duration_labels =
+            crate::metrics::MethodLabels { route: route.to_string(), method: method.into() };
         let duration = metrics.request_duration.get_or_create(&duration_labels).clone();
         requests.inc();
         duration.observe(seconds);

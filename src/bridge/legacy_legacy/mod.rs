@@ -273,7 +273,7 @@ impl Bridge {
             }
         };
         target.observed(outcome);
-        self.services.count(&target, (Generation::Legacy, upstream), label, outcome, started);
+        self.services.count(target, (Generation::Legacy, upstream), label, outcome, started);
         resp
     }
 
@@ -300,7 +300,7 @@ impl Bridge {
         };
         let label = if get { "GET" } else { "DELETE" };
         target.observed(outcome);
-        self.services.count(&target, (Generation::Legacy, upstream), label, outcome, started);
+        self.services.count(target, (Generation::Legacy, upstream), label, outcome, started);
         resp
     }
 

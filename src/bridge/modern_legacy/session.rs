@@ -137,19 +137,32 @@ fn server_info(init: &Value) -> Option<String> {
 /// drawn from a small fixed set whatever the client sends, because it keys
 /// the session pool and the discover cache.
 pub fn legacy_capabilities(modern: &Map<String, Value>) -> String {
-    let mut caps = Map::new();
+    // Written directly (it is a pool key, built for every call): the names
+    // below are sorted and need no escaping, so this is the compact JSON
+    // serde_json would write for the same object (its Map is ordered by key).
+    let mut out = String::from("{");
     for (name, known) in KNOWN_SUB_CAPABILITIES {
         let Some(Value::Object(declared)) = modern.get(*name) else { continue };
-        let subs: Map<String, Value> =
-            known.iter().filter(|k| declared.contains_key(**k)).map(|k| (k.to_string(), json!({}))).collect();
-        caps.insert(name.to_string(), Value::Object(subs));
+        if out.len() > 1 {
+            out.push(',');
+        }
+        for part in ["\"", name, "\":{"] {
+            out.push_str(part);
+        }
+        for (i, sub) in known.iter().filter(|k| declared.contains_key(**k)).enumerate() {
+            for part in [if i == 0 { "\"" } else { ",\"" }, sub, "\":{}"] {
+                out.push_str(part);
+            }
+        }
+        out.push('}');
     }
-    // serde_json's Map is ordered by key (no preserve_order feature): canonical.
-    Value::Object(caps).to_string()
+    out.push('}');
+    out
 }
 
 /// The capabilities passed on to legacy upstreams, with the sub-capabilities
 /// the 2025-11-25 schema defines for each.
+/// Sorted by name, and each list too ([`legacy_capabilities`] relies on it).
 const KNOWN_SUB_CAPABILITIES: &[(&str, &[&str])] =
     &[("elicitation", &["form", "url"]), ("roots", &[]), ("sampling", &["context", "tools"])];
 
@@ -170,6 +183,44 @@ mod tests {
         assert_eq!(legacy_capabilities(&a), legacy_capabilities(&b));
         assert_eq!(legacy_capabilities(&a), r#"{"elicitation":{"form":{}},"roots":{},"sampling":{}}"#);
         assert_eq!(legacy_capabilities(&Map::new()), "{}");
+    }
+
+    /// The hand-written key is what serde_json writes for the same object,
+    /// for every mix of known (and unknown) capabilities and sub-capabilities.
+    #[test]
+    fn capabilities_match_serde_json_for_every_mix() {
+        let options: Vec<Vec<&str>> = KNOWN_SUB_CAPABILITIES
+            .iter()
+            .map(|(_, subs)| subs.iter().copied().chain(["listChanged"]).collect())
+            .collect();
+        for mask in 0u32..(1 << 3) {
+            for sub_mask in 0u32..(1 << 6) {
+                let mut modern = Map::new();
+                let mut expected = Map::new();
+                for (i, (name, known)) in KNOWN_SUB_CAPABILITIES.iter().enumerate() {
+                    if mask & (1 << i) == 0 {
+                        continue;
+                    }
+                    let chosen: Vec<&str> = options[i]
+                        .iter()
+                        .enumerate()
+                        .filter(|(j, _)| sub_mask & (1 << ((2 * i + j) % 6)) != 0)
+                        .map(|(_, s)| *s)
+                        .collect();
+                    let declared: Map<String, Value> =
+                        chosen.iter().map(|s| (s.to_string(), json!({}))).collect();
+                    modern.insert(name.to_string(), Value::Object(declared));
+                    let kept: Map<String, Value> = chosen
+                        .iter()
+                        .filter(|s| known.contains(s))
+                        .map(|s| (s.to_string(), json!({})))
+                        .collect();
+                    expected.insert(name.to_string(), Value::Object(kept));
+                }
+                modern.insert("experimental".into(), json!({"x": 1}));
+                assert_eq!(legacy_capabilities(&modern), Value::Object(expected).to_string(), "{modern:?}");
+            }
+        }
     }
 
     #[test]
