@@ -1,0 +1,110 @@
+//! The benchmark's fast upstream (`examples/fast_upstream.rs`) speaks MCP the
+//! way the figures in BENCHMARKS.md assume: the gateway finds each
+//! generation by probing it, and serves a 2026 client's `tools/call echo`
+//! through it (translated onto a legacy session, or passed through). Its
+//! session rules are checked directly.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use serde_json::{json, Value};
+use support::Gateway;
+
+/// The example's binary, built by `cargo test` beside this test's.
+fn binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's path");
+    let dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps");
+    let path = dir.join("examples").join(format!("fast_upstream{}", std::env::consts::EXE_SUFFIX));
+    assert!(path.exists(), "{} is missing: `cargo test` builds the examples", path.display());
+    path
+}
+
+/// A running fast upstream on 127.0.0.1, stopped when dropped.
+struct Fast {
+    child: Child,
+    url: String,
+}
+
+impl Fast {
+    fn start(generation: &str) -> Fast {
+        let mut child = Command::new(binary())
+            .args(["--listen", "127.0.0.1:0", "--generation", generation])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the fast upstream starts");
+        let mut line = String::new();
+        BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
+        let url = line.split_whitespace().last().unwrap_or_default().to_string();
+        assert!(url.starts_with("http://127.0.0.1:"), "{line}");
+        Fast { child, url }
+    }
+}
+
+impl Drop for Fast {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn echo_through(gw: &Gateway) -> Value {
+    let reply = gw
+        .request("tools/call")
+        .params(json!({"name": "echo", "arguments": {"text": "hi \"there\""}}))
+        .send()
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    reply.result().clone()
+}
+
+#[tokio::test]
+async fn the_gateway_probes_each_generation_and_serves_echo_through_it() {
+    for generation in ["legacy", "modern"] {
+        let fast = Fast::start(generation);
+        let gw = Gateway::start_auto(&fast.url).await;
+        let result = echo_through(&gw).await;
+        assert_eq!(result["content"][0]["text"], "hi \"there\"", "{generation}: {result}");
+        assert_eq!(result["resultType"], "complete", "{generation}: {result}");
+        let (_, readyz) = gw.get("/readyz").await;
+        assert!(readyz.contains(generation), "{generation}: {readyz}");
+    }
+}
+
+#[tokio::test]
+async fn a_legacy_fast_upstream_keeps_sessions_as_a_legacy_server_does() {
+    let fast = Fast::start("legacy");
+    let client = support::client::http_client();
+    let post = |session: Option<&str>, body: Value| {
+        let mut req = hyper::Request::post(&fast.url).header("content-type", "application/json");
+        if let Some(s) = session {
+            req = req.header("mcp-session-id", s);
+        }
+        req.body(http_body_util::Full::new(bytes::Bytes::from(body.to_string()))).unwrap()
+    };
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let resp = support::client::send(&client, post(None, init)).await;
+    let session = resp.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "x"}}});
+    assert_eq!(support::client::send(&client, post(None, call.clone())).await.status(), 400, "no session");
+    assert_eq!(support::client::send(&client, post(Some("nope"), call.clone())).await.status(), 404);
+    let reply = support::client::Reply::read(
+        support::client::send(&client, post(Some(&session), call.clone())).await,
+    )
+    .await;
+    assert_eq!(
+        reply.body,
+        json!({"jsonrpc": "2.0", "id": 2, "result": {"content": [{"type": "text", "text": "x"}]}})
+    );
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(support::client::send(&client, post(Some(&session), note)).await.status(), 202);
+    let delete = hyper::Request::delete(&fast.url)
+        .header("mcp-session-id", session.as_str())
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    assert_eq!(support::client::send(&client, delete).await.status(), 200);
+    assert_eq!(support::client::send(&client, post(Some(&session), call)).await.status(), 404, "ended");
+}
