@@ -1,5 +1,10 @@
 #!/usr/bin/env bash
-# One-command benchmark of sessionless on loopback: throughput and latency of
+# One-command benchmark of sessionless on loopback. The headline (part
+# `fast`): every path of the gateway in front of examples/fast_upstream.rs, a
+# minimal MCP server costing a few µs per request, each beside nginx relaying
+# the same requests (the load generator single- and multi-threaded); part
+# `syscalls`: system calls per request of the gateway and nginx (strace -c
+# -f). Then: throughput and latency of
 # tools/call `echo` direct to the built-in legacy server, through nginx (plain
 # reverse proxy) and through sessionless at concurrency 1, 8, 32; the same for
 # a legacy (2025 session) client relayed by the gateway's legacy cell; the
@@ -10,7 +15,8 @@
 # the raw JSON lines and the logs, to bench/out/<timestamp>/ (and
 # bench/out/latest.md). Every process it starts is stopped on exit.
 #
-#   bench/run.sh                       # everything, about 8-9 minutes after the build
+#   BENCH_ONLY=fast,syscalls bench/run.sh   # the headline (~13 min at 5 reps; needs strace)
+#   bench/run.sh                       # everything, about 25 minutes after the build
 #   BENCH_REPS=5 BENCH_DURATION=10 bench/run.sh
 #   BENCH_ONLY=legacy bench/run.sh     # only the legacy relay cells (~3 min at 5 reps)
 #   BENCH_ONLY=modern,echo bench/run.sh   # the pass-through beside the translating path
@@ -20,12 +26,17 @@
 # BENCH_DURATION (3) measured seconds per cell, BENCH_WARMUP (1),
 # BENCH_PARKED (10000) flows to park, BENCH_PRINCIPALS (1000) pooled sessions
 # to open, BENCH_LOADGEN_THREADS (1), BENCH_SKIP_BUILD=1, BENCH_SKIP_CRITERION=1,
-# BENCH_ONLY (all): a comma-separated list of the parts to run, out of echo
+# BENCH_COMMIT (the label of a build other than this checkout's),
+# BENCH_ONLY (all): a comma-separated list of the parts to run, out of fast
+# (the fast upstream: translating, legacy relay, pass-through, API key and
+# JWT routes, and the echo cells again with a multi-threaded load generator),
+# syscalls (strace of the proxies at c=32), echo
 # (stateless echo cells), legacy (legacy relay cells), modern (2026 upstream:
 # pass-through cells, interleaved with the echo cells when both run), auth
 # (open, api_key and jwt routes of one gateway), mrtr, memory, criterion,
 # CARGO_TARGET_DIR (default: target/). Needs: cargo, curl, nginx (installed
-# with apt-get when missing and running as root).
+# with apt-get when missing and running as root), openssl (the JWT), strace
+# (part syscalls).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -439,6 +450,10 @@ if want fast; then
 fi
 
 if want syscalls; then
+    if ! command -v strace >/dev/null && [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+        log "installing strace (Debian package)"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace >/dev/null
+    fi
     command -v strace >/dev/null || { echo "strace is missing: apt-get install strace" >&2; exit 1; }
     syscall_cell sessionless modern "$GW" "$FAST_GATEWAY_PID"
     syscall_cell sessionless-modern modern "$GW" "$FAST_GATEWAY_PID" -- --path /mcp-modern
