@@ -941,6 +941,21 @@ impl std::future::Future for Inline {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
+        if self.work.is_some() {
+            // The answer's sender is the work, polled right below: its send
+            // would wake this very task while it runs, and tokio answers such
+            // a wake by queueing the task again and waking another worker to
+            // take it (a futex and an eventfd write per request when the
+            // runtime is not busy). So the answer's waker is a no-op while the
+            // work runs; the real one is registered again after it.
+            let mut quiet = std::task::Context::from_waker(std::task::Waker::noop());
+            if let std::task::Poll::Ready(answer) = std::pin::Pin::new(&mut self.answer).poll(&mut quiet) {
+                if let Some(work) = self.work.take() {
+                    tokio::spawn(work);
+                }
+                return std::task::Poll::Ready(answer);
+            }
+        }
         if let Some(work) = self.work.as_mut() {
             if work.as_mut().poll(cx).is_ready() {
                 self.work = None;
