@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::counter::Counter;
@@ -54,17 +54,20 @@ const MAX_CACHED_COUNTS: usize = 64;
 /// A route's `sessionless_requests_total` counter and request duration
 /// histogram per [`CountKey`], taken from their families the first time:
 /// counting a request then hashes no label set and copies no route id.
+/// Read-mostly: requests share the read lock; a new label set writes once.
 #[derive(Default)]
-pub struct Counts(Mutex<Vec<(CountKey, Counter, Histogram)>>);
+pub struct Counts(RwLock<Vec<(CountKey, Counter, Histogram)>>);
 
 impl Counts {
     /// Counts one request of `route` (the id these handles are labelled with).
     pub fn count(&self, metrics: &Metrics, route: &str, key: CountKey, seconds: f64) {
-        let mut cached = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, requests, duration)) = cached.iter().find(|(k, ..)| *k == key) {
-            requests.inc();
-            duration.observe(seconds);
-            return;
+        {
+            let cached = self.0.read().unwrap_or_else(|e| e.into_inner());
+            if let Some((_, requests, duration)) = cached.iter().find(|(k, ..)| *k == key) {
+                requests.inc();
+                duration.observe(seconds);
+                return;
+            }
         }
         let (client, upstream, method, outcome) = key;
         let labels = crate::metrics::RequestLabels {
@@ -80,7 +83,8 @@ impl Counts {
         let duration = metrics.request_duration.get_or_create(&duration_labels).clone();
         requests.inc();
         duration.observe(seconds);
-        if cached.len() < MAX_CACHED_COUNTS {
+        let mut cached = self.0.write().unwrap_or_else(|e| e.into_inner());
+        if cached.len() < MAX_CACHED_COUNTS && !cached.iter().any(|(k, ..)| *k == key) {
             cached.push((key, requests, duration));
         }
     }

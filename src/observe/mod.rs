@@ -260,6 +260,8 @@ fn new_id() -> HeaderValue {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let prefix = *PREFIX.get_or_init(|| rand::RngCore::next_u64(&mut rand::thread_rng()));
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    // 16 hex digits of the process's random prefix, 8 of the count (which
+    // wraps after 2^32 requests; the prefix keeps ids apart across replicas).
     let mut text = [0u8; 24];
     crate::seal::hex_into(&prefix.to_be_bytes(), &mut text[..16]);
     crate::seal::hex_into(&(n as u32).to_be_bytes(), &mut text[16..]);
