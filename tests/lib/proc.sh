@@ -12,6 +12,7 @@ cleanup() {
     for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
   done
+  rm -f "$PORTS_GIVEN"
   exit "$rc"
 }
 trap cleanup EXIT
@@ -26,8 +27,33 @@ start() {
   LAST_PID=$!
 }
 
+# The ports free_port has handed out to this script: a port is free again for
+# bind(0) as soon as its probe socket closes, so two calls may get the same
+# one, and two servers started later would then be told the same port (seen:
+# the gateway and Prometheus in tests/ops/prometheus.sh). Removed by cleanup.
+PORTS_GIVEN="${TMPDIR:-/tmp}/sessionless-ports.$$"
+: > "$PORTS_GIVEN"
+
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+  python3 - "$PORTS_GIVEN" <<'EOF'
+import socket, sys
+path = sys.argv[1]
+with open(path) as f:
+    given = set(f.read().split())
+held = []
+while True:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = str(s.getsockname()[1])
+    if port not in given:
+        break
+    held.append(s)  # kept bound while looking, so that bind(0) moves on
+for h in held + [s]:
+    h.close()
+with open(path, "a") as f:
+    f.write(port + "\n")
+print(port)
+EOF
 }
 
 # wait_http NAME PID URL SECONDS [STATUS]: until URL answers (any HTTP status, or exactly STATUS).
