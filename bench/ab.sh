@@ -66,8 +66,6 @@ start a "$A_BIN"
 A_PORT=$PORT A_PID=$PID
 start b "$B_BIN"
 B_PORT=$PORT B_PID=$PID
-CLK_TCK=$(getconf CLK_TCK)
-cpu_ticks() { awk '{print $14, $15}' "/proc/$1/stat"; } # user system, all threads
 echo "upstream :$UP, A :$A_PORT ($A_BIN), B :$B_PORT ($B_BIN); reps=$REPS duration=${DURATION}s" >&2
 
 for rep in $(seq "$REPS"); do
@@ -83,8 +81,8 @@ for rep in $(seq "$REPS"); do
             read -r u1 s1 < <(cpu_ticks "$pid")
             # The gateway's CPU (warm-up included) over every request sent.
             all=$(grep -oE '"all_requests":[0-9]+' <<<"$line" | cut -d: -f2)
-            us=$(python3 -c "n = max(1, ${all:-0}); print('%.2f,%.2f' % (($u1 - $u0) * 1e6 / $CLK_TCK / n, ($s1 - $s0) * 1e6 / $CLK_TCK / n))")
-            echo "${line%\}},\"user_us\":${us%,*},\"sys_us\":${us#*,},\"cpu_us\":$(python3 -c "print(${us%,*} + ${us#*,})")}" >>"$RESULTS"
+            n=$((${all:-0} > 0 ? all : 1))
+            echo "${line%\}},\"user_us\":$(per_req $((u1 - u0)) $n),\"sys_us\":$(per_req $((s1 - s0)) $n),\"cpu_us\":$(per_req $((u1 - u0 + s1 - s0)) $n)}" >>"$RESULTS"
         done
     done
     echo "rep $rep done" >&2

@@ -222,19 +222,6 @@ start_nginx() { # [$1: directory name, $2: upstream port]
 }
 
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
-CLK_TCK=$(getconf CLK_TCK)
-cpu_ticks() { # "user system" ticks of these processes (all their threads)
-    local u=0 s=0 p pu ps
-    for p in "$@"; do
-        if [[ -r /proc/$p/stat ]] && read -r pu ps < <(awk '{print $14, $15}' "/proc/$p/stat"); then
-            u=$((u + pu)) s=$((s + ps))
-        fi
-    done
-    echo "$u $s"
-}
-per_req() { # ticks requests → µs per request with one decimal
-    echo "$(($1 * 1000000 / CLK_TCK / $2)).$(($1 * 10000000 / CLK_TCK / $2 % 10))"
-}
 nginx_pids() { # [$1: master pid]
     local pid=${1:-$NGINX_PID}
     echo "$pid $(cat "/proc/$pid/task/$pid/children" 2>/dev/null)"
