@@ -155,34 +155,30 @@ fn list_of(method: &str) -> Option<(&'static str, Kind, &'static str)> {
     }
 }
 
-/// What a legacy client's message calls.
+/// What one legacy client's message calls.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Target {
+pub enum Target<'m> {
     /// Nothing a rule names.
     Nothing,
     /// A method and its tool or prompt name, or resource URI.
-    Call(String, String),
+    Call(&'m str, &'m str),
     /// A call whose target cannot be read: no rule can clear it (refused).
     Unreadable,
 }
 
-/// What a legacy client's message calls, read as the upstream will read it
-/// (a repeated member: the last one).
-pub fn legacy_target(body: &[u8]) -> Target {
-    let Ok(Value::Object(msg)) = serde_json::from_slice::<Value>(body) else {
-        // A batch or garbage: the relay refuses batches on routes with
-        // rules, and garbage reaches no tool.
-        return Target::Nothing;
-    };
-    let Some(method) = msg.get("method").and_then(Value::as_str) else {
+/// What a legacy client's message (or one item of its batch) calls, from the
+/// one strict read of its body: a body with a repeated member or a value
+/// parsers read differently never got this far, so this is what the
+/// upstream will run.
+pub fn legacy_target<'m>(item: &'m crate::front::strict::Item<'_>) -> Target<'m> {
+    let Some(method) = item.method.as_deref() else {
         return Target::Nothing;
     };
     if kind_of_call(method).is_none() {
         return Target::Nothing;
     }
-    let field = if matches!(method, "tools/call" | "prompts/get") { "name" } else { "uri" };
-    match msg.get("params").and_then(|p| p.get(field)).and_then(Value::as_str) {
-        Some(name) => Target::Call(method.to_string(), name.to_string()),
+    match item.called() {
+        Some(name) => Target::Call(method, name),
         None => Target::Unreadable,
     }
 }
@@ -241,23 +237,24 @@ mod tests {
 
     #[test]
     fn a_legacy_call_names_its_target() {
-        let target = |body: &[u8]| legacy_target(body);
+        use crate::front::strict;
+        let check = |body: &[u8], want: Target<'_>| {
+            let msg = strict::read(body).unwrap();
+            assert_eq!(legacy_target(&msg.items[0]), want, "{}", String::from_utf8_lossy(body));
+        };
         let call =
             br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{}}}"#;
-        assert_eq!(target(call), Target::Call("tools/call".into(), "echo".into()));
+        check(call, Target::Call("tools/call", "echo"));
         let read = br#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"file:///a"}}"#;
-        assert_eq!(target(read), Target::Call("resources/read".into(), "file:///a".into()));
-        assert_eq!(target(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#), Target::Nothing);
-        // Read as the upstream reads it: a repeated member is the last one.
-        let twice = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","name":"delete_user"}}"#;
-        assert_eq!(target(twice), Target::Call("tools/call".into(), "delete_user".into()));
+        check(read, Target::Call("resources/read", "file:///a"));
+        check(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#, Target::Nothing);
         // A call whose target cannot be read is refused, not let through.
-        assert_eq!(
-            target(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":5}}"#),
-            Target::Unreadable
-        );
+        check(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":5}}"#, Target::Unreadable);
         let neighbour =
             br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"delete_user","uri":5}}"#;
-        assert_eq!(target(neighbour), Target::Call("tools/call".into(), "delete_user".into()));
+        check(neighbour, Target::Call("tools/call", "delete_user"));
+        // A repeated member never reaches this: the strict read refuses it.
+        let twice = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","name":"delete_user"}}"#;
+        assert!(strict::read(twice).is_err());
     }
 }

@@ -53,6 +53,9 @@ pub enum Error {
     PayloadTooLarge(usize),
     #[error("parse error: the body is not valid JSON")]
     Parse,
+    /// A body the strict reader refused (not I-JSON): what is wrong.
+    #[error("parse error: {0}")]
+    Malformed(&'static str),
     #[error("invalid request: {0}")]
     InvalidRequest(String),
     #[error("header mismatch: {0}")]
@@ -179,7 +182,7 @@ impl Error {
             UnsupportedMediaType => "unsupported_media_type",
             PayloadTooLarge(_) => "payload_too_large",
             BodyTimeout => "body_timeout",
-            Parse => "parse_error",
+            Parse | Malformed(_) => "parse_error",
             InvalidRequest(_) => "invalid_request",
             HeaderMismatch(_) => "header_mismatch",
             InvalidParams { .. } => "invalid_params",
@@ -220,7 +223,9 @@ impl Error {
             UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             BodyTimeout => StatusCode::REQUEST_TIMEOUT,
-            Parse | InvalidRequest(_) | HeaderMismatch(_) | InvalidParams { .. } => StatusCode::BAD_REQUEST,
+            Parse | Malformed(_) | InvalidRequest(_) | HeaderMismatch(_) | InvalidParams { .. } => {
+                StatusCode::BAD_REQUEST
+            }
             UnsupportedVersion { .. } | MissingCapability(_) => StatusCode::BAD_REQUEST,
             MethodNotFound(_) => StatusCode::NOT_FOUND,
             Upstream { code, .. } if *code == code::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
@@ -259,6 +264,7 @@ impl Error {
             }
             PayloadTooLarge(_) | BodyTimeout => (code::INVALID_REQUEST, self.to_string(), None),
             Parse => (code::PARSE_ERROR, "Parse error".into(), None),
+            Malformed(why) => (code::PARSE_ERROR, format!("Parse error: {why}"), None),
             InvalidRequest(m) => (code::INVALID_REQUEST, format!("Invalid request: {m}"), None),
             HeaderMismatch(m) => (code::HEADER_MISMATCH, format!("Header mismatch: {m}"), None),
             InvalidParams { message, data } => {

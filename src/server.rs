@@ -19,8 +19,8 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use crate::bridge::{
-    legacy_legacy, legacy_modern, modern_legacy, modern_modern, Caller, Cell, Generation, Services, Target,
-    Targets,
+    legacy_legacy, legacy_modern, modern_legacy, modern_modern, Caller, Cell, Generation, Held, Services,
+    Target, Targets,
 };
 use crate::cluster;
 use crate::config::{Config, ConnLimits};
@@ -383,7 +383,17 @@ impl Gateway {
             Ok(read) => read,
             Err(e) => return self.reject(&target, None, &e, started),
         };
-        let generation = front::generation::of_post(&parts.headers, &body);
+        // The one strict read of the body: every later step reads it, and a
+        // body it refuses goes nowhere, whichever generation sent it.
+        let message = match front::strict::read(&body) {
+            Ok(message) => message,
+            Err(refusal) => {
+                let client = front::generation::of_headers(&parts.headers);
+                let id = front::request_id(&body);
+                return self.reject_as(client, &target, id.as_ref(), &refusal.error(), started);
+            }
+        };
+        let generation = front::generation::of_post(&parts.headers, &message);
         if retired && generation == Generation::Legacy {
             return reply::text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into());
         }
@@ -393,13 +403,14 @@ impl Gateway {
         // A legacy client's call is checked here; a modern one once parsed.
         if let (Some(view), Generation::Legacy) = (&access, generation) {
             use crate::authz::Target as Called;
-            let denied = match crate::authz::legacy_target(&body) {
+            // Each request of a batch too.
+            let denied = message.items.iter().find_map(|item| match crate::authz::legacy_target(item) {
                 Called::Call(method, name) => {
-                    (!view.allows_call(&method, &name)).then(|| format!("{method} {name}"))
+                    (!view.allows_call(method, name)).then(|| format!("{method} {name}"))
                 }
                 Called::Nothing => None,
                 Called::Unreadable => Some("a call whose target cannot be read".to_string()),
-            };
+            });
             if let Some(what) = denied {
                 let id = front::request_id(&body);
                 let e = Error::Denied(what);
@@ -411,6 +422,14 @@ impl Gateway {
                 return resp;
             }
         }
+        // What a legacy client's message is: read here for both legacy cells.
+        let peeked = match generation {
+            Generation::Modern => None,
+            Generation::Legacy => match front::legacy::Peeked::of(&message) {
+                Ok(peek) => Some(peek),
+                Err(e) => return self.reject_as(generation, &target, None, &e, started),
+            },
+        };
         let caller = Caller { principal, headers: parts.headers, body, forwarded: false, access };
         let upstream = match target.generation().await {
             Ok(upstream) => upstream,
@@ -423,14 +442,18 @@ impl Gateway {
             cell @ (Cell::ModernLegacy | Cell::ModernModern) => {
                 Box::pin(self.dispatch(cell, target, retired, caller, admission, started)).await
             }
-            Cell::LegacyModern => Box::pin(self.translate(target, caller, admission, started)).await,
+            Cell::LegacyModern => {
+                let peeked = peeked.expect("a legacy client's message is peeked");
+                Box::pin(self.translate(target, caller, peeked, admission, started)).await
+            }
             Cell::LegacyLegacy => {
                 // The relay never forwards the body again: its budget share
                 // goes back once the body is sent, not when a streamed
                 // answer ends (the body itself is dropped then too).
                 let Admission { _call: permit, _body: share } = admission;
-                let post =
-                    self.legacy_legacy.post(&target, upstream, caller, Box::new(permit), share, started);
+                let peeked = peeked.expect("a legacy client's message is peeked");
+                let held = Held { permits: Box::new(permit), body: share };
+                let post = self.legacy_legacy.post(&target, upstream, caller, peeked, held, started);
                 Box::pin(post).await
             }
         }
@@ -532,6 +555,11 @@ impl Gateway {
         let Some(Found { target, .. }) = self.live.load().route_by_id(&head.route) else {
             return Ok(gate.refuse(cluster::Refused::UnknownRoute));
         };
+        // Read as strictly as on the public listener: the receiving replica
+        // did, and a replica of another build may not have.
+        if front::strict::read(&body).is_err() {
+            return Ok(gate.refuse(cluster::Refused::NotARetry));
+        }
         // A legacy client's answer to a question pushed on a stream here.
         if self.legacy_modern.take_forwarded(&target, &head.principal, &body) {
             return Ok(reply::empty(StatusCode::ACCEPTED));
@@ -662,13 +690,14 @@ impl Gateway {
         self: Arc<Self>,
         target: Arc<Target>,
         caller: Caller,
+        peeked: front::legacy::Peeked,
         admission: Admission,
         started: Instant,
     ) -> Response<Body> {
         let (reply, answer) = Reply::new(crate::guard::accepts_sse(&caller.headers));
         let gateway = self.clone();
         let work: Work = crate::observe::carry(async move {
-            let (label, outcome) = gateway.legacy_modern.post(&target, &caller, reply).await;
+            let (label, outcome) = gateway.legacy_modern.post(&target, &caller, peeked, reply).await;
             drop(caller);
             target.observed(outcome);
             let cell = (Generation::Legacy, Generation::Modern);

@@ -1,4 +1,4 @@
-//! `front::generation::of_post` and `front::parse` on arbitrary bodies and
+//! `front::strict::read`, then `front::generation::of_post` and `front::parse`, on arbitrary bodies and
 //! header values: they must never panic.
 //!
 //! Input: byte 0 holds flags, the rest is the body. Flag 1 adds a supported
@@ -44,7 +44,9 @@ fuzz_target!(|input: &[u8]| {
     for (name, value) in FUZZED.iter().zip(extra.split(|&b| b == 0x1f)) {
         add(&mut headers, name, value);
     }
-    // The generation decision reads every body first, whatever its headers.
-    let _ = sessionless::front::generation::of_post(&headers, body);
+    // The strict read comes first on every path; the rest read what it accepts.
+    let Ok(message) = sessionless::front::strict::read(body) else { return };
+    let _ = sessionless::front::generation::of_post(&headers, &message);
+    let _ = sessionless::front::legacy::Peeked::of(&message);
     let _ = sessionless::front::parse(&headers, body);
 });

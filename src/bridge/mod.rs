@@ -185,6 +185,19 @@ pub struct Caller {
     pub access: Option<Arc<crate::authz::View>>,
 }
 
+/// What a call holds while it runs: its permits, as long as its answer
+/// lives, and its share of the body budget, until its body was sent.
+pub struct Held {
+    pub permits: Box<dyn std::any::Any + Send + Sync>,
+    pub body: Option<crate::body::Share>,
+}
+
+/// What [`Target::admit`] is asked for a legacy client's message: each of
+/// its requests, with its tool.
+pub(crate) fn asks(peek: &crate::front::legacy::Peeked) -> Vec<Ask<'_>> {
+    peek.calls.iter().map(|tool| Ask { tool: tool.as_deref(), resumes: false }).collect()
+}
+
 /// 128 random bits, hex: flow ids and instance ids.
 pub(crate) fn random_id() -> String {
     let mut b = [0u8; 16];

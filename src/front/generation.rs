@@ -4,14 +4,10 @@
 //! legacy version header, an `initialize`, or an `Mcp-Session-Id` makes it
 //! legacy; anything else is taken as modern and meets the modern rules.
 
-use std::borrow::Cow;
-
 use http::HeaderMap;
-use serde::de::IgnoredAny;
-use serde::Deserialize;
 
 use super::headers::{PROTOCOL_VERSION, SESSION_ID};
-use super::meta;
+use super::strict::Message;
 
 /// Which protocol generation a client message, or an upstream, speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -63,46 +59,31 @@ pub fn by_headers(headers: &HeaderMap) -> ByHeaders {
     }
 }
 
-/// The few members of a POST body the decision reads; nothing else is
-/// built. A body that is not a JSON object (a batch, garbage) reads as empty.
-#[derive(Deserialize, Default)]
-struct Peek<'a> {
-    #[serde(borrow)]
-    method: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    params: Option<PeekParams<'a>>,
-}
-
-#[derive(Deserialize, Default)]
-struct PeekParams<'a> {
-    #[serde(rename = "_meta", borrow)]
-    meta: Option<PeekMeta<'a>>,
-}
-
-#[derive(Deserialize, Default)]
-struct PeekMeta<'a> {
-    #[serde(rename = "io.modelcontextprotocol/protocolVersion")]
-    version: Option<IgnoredAny>,
-    #[serde(skip)]
-    _life: std::marker::PhantomData<&'a ()>,
-}
-
 /// The generation of a POST with these headers and this body.
-pub fn of_post(headers: &HeaderMap, body: &[u8]) -> Generation {
-    debug_assert_eq!(meta::PROTOCOL_VERSION, "io.modelcontextprotocol/protocolVersion");
+/// The body is the one strict read of it ([`super::strict`]); a body it
+/// refused is judged by its headers alone ([`of_headers`]).
+pub fn of_post(headers: &HeaderMap, body: &Message<'_>) -> Generation {
     let by = by_headers(headers);
     if by == ByHeaders::Modern {
         return Generation::Modern;
     }
-    let peek: Peek<'_> = serde_json::from_slice(body).unwrap_or_default();
-    if peek.params.and_then(|p| p.meta).is_some_and(|m| m.version.is_some()) {
+    let item = body.single();
+    if item.is_some_and(|i| i.has_meta_version) {
         return Generation::Modern;
     }
-    if by == ByHeaders::Legacy || peek.method.as_deref() == Some("initialize") {
+    if by == ByHeaders::Legacy || item.is_some_and(|i| i.method.as_deref() == Some("initialize")) {
         return Generation::Legacy;
     }
     // A legacy batch (2025-03-26) carries a session id, so `by` said so.
     Generation::Modern
+}
+
+/// The generation of a POST whose body could not be read.
+pub fn of_headers(headers: &HeaderMap) -> Generation {
+    match by_headers(headers) {
+        ByHeaders::Legacy => Generation::Legacy,
+        ByHeaders::Modern | ByHeaders::Unmarked => Generation::Modern,
+    }
 }
 
 #[cfg(test)]
@@ -127,17 +108,18 @@ mod tests {
             (h(&[("mcp-protocol-version", "2025-11-25")]), b"{}", Generation::Legacy),
             (h(&[("mcp-protocol-version", "2025-03-26")]), b"[1,2]", Generation::Legacy),
             (h(&[("mcp-session-id", "x")]), b"[{\"jsonrpc\":\"2.0\"}]", Generation::Legacy),
-            (h(&[("mcp-session-id", "x")]), b"not json", Generation::Legacy),
             (h(&[]), b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}", Generation::Modern),
-            (h(&[]), b"garbage", Generation::Modern),
         ] {
-            assert_eq!(of_post(&headers, body), want, "{headers:?} {}", String::from_utf8_lossy(body));
+            let read = super::super::strict::read(body).unwrap();
+            assert_eq!(of_post(&headers, &read), want, "{headers:?} {}", String::from_utf8_lossy(body));
         }
+        assert_eq!(of_headers(&h(&[("mcp-session-id", "x")])), Generation::Legacy, "not JSON: by headers");
+        assert_eq!(of_headers(&h(&[])), Generation::Modern);
     }
 
     #[test]
     fn an_escaped_method_name_is_still_read() {
         let body = br#"{"jsonrpc":"2.0","id":1,"method":"initi\u0061lize"}"#;
-        assert_eq!(of_post(&h(&[]), body), Generation::Legacy);
+        assert_eq!(of_post(&h(&[]), &super::super::strict::read(body).unwrap()), Generation::Legacy);
     }
 }

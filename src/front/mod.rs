@@ -4,7 +4,9 @@
 
 pub mod generation;
 pub mod headers;
+pub mod legacy;
 mod meta;
+pub mod strict;
 
 use http::HeaderMap;
 use serde_json::{Map, Value};

@@ -24,14 +24,14 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use serde::Deserialize;
-use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::relay::{self, Relay};
-use super::{Ask, Caller, Generation, Services, Target};
+use super::{Caller, Generation, Held, Services, Target};
 use crate::config::Config;
 use crate::error::Error;
 use crate::front::headers::{LAST_EVENT_ID, PROTOCOL_VERSION, SESSION_ID};
+use crate::front::legacy::Peeked;
 use crate::metrics::{OpenedLabels, ReasonLabels};
 use crate::reply::{self, Body};
 use crate::upstream::{h1, PostError, SessionWire, Transport, ACCEPT_BOTH};
@@ -68,128 +68,6 @@ impl Drop for Streaming {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
-}
-
-/// What the relay reads of a client message: enough to answer errors with
-/// the right id and to label metrics; the message itself goes on untouched.
-#[derive(Debug)]
-pub(super) struct Peeked {
-    /// The request id, when it is a single request with a usable id.
-    pub id: Option<Value>,
-    /// A bounded metrics label.
-    pub label: &'static str,
-    pub initialize: bool,
-    /// The requests in the message (one, or each of a batch's; none in an
-    /// answer or a notification), each with its tool when a `tools/call`:
-    /// what rate limits count.
-    pub calls: Vec<Option<String>>,
-}
-
-#[derive(Deserialize)]
-struct Envelope<'a> {
-    #[serde(borrow)]
-    jsonrpc: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow)]
-    id: Option<&'a RawValue>,
-    #[serde(borrow)]
-    method: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow)]
-    params: Option<&'a RawValue>,
-    result: Option<serde::de::IgnoredAny>,
-    error: Option<serde::de::IgnoredAny>,
-}
-
-impl Peeked {
-    pub fn of(body: &[u8]) -> Result<Peeked, Error> {
-        // Read without building a tree: the body goes on as it came. A
-        // struct read checks the whole document's syntax too.
-        let env = match serde_json::from_slice::<Envelope<'_>>(body) {
-            Ok(env) => env,
-            Err(_) if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') => {
-                if !relay::is_json_message(body) {
-                    return Err(Error::Parse);
-                }
-                return Ok(Peeked { id: None, label: "batch", initialize: false, calls: batch_calls(body) });
-            }
-            Err(_) if relay::is_json_message(body) => {
-                return Err(Error::InvalidRequest("not a JSON-RPC message".into()))
-            }
-            Err(_) => return Err(Error::Parse),
-        };
-        let id = env
-            .id
-            .filter(|raw| matches!(raw.get().as_bytes().first(), Some(b'"' | b'-' | b'0'..=b'9')))
-            .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok());
-        if env.jsonrpc.as_deref() != Some("2.0") {
-            return Err(Error::InvalidRequest("jsonrpc must be \"2.0\"".into()));
-        }
-        let label =
-            match (env.method.as_deref(), env.id.is_some(), env.result.is_some() || env.error.is_some()) {
-                (Some(m), true, false) => method_label(m),
-                (Some(_), false, false) => "notification",
-                (None, true, true) => "response",
-                _ => return Err(Error::InvalidRequest("not a request, notification or response".into())),
-            };
-        let calls = match (&env.method, env.id.is_some()) {
-            (Some(method), true) => vec![tool_of(method, env.params)],
-            _ => Vec::new(),
-        };
-        Ok(Peeked { initialize: label == "initialize", id: id.filter(|_| label != "response"), label, calls })
-    }
-
-    /// What [`Target::admit`] is asked for this message.
-    pub fn asks(&self) -> Vec<Ask<'_>> {
-        self.calls.iter().map(|tool| Ask { tool: tool.as_deref(), resumes: false }).collect()
-    }
-}
-
-/// A JSON object's members, each left unread; a repeated name keeps its
-/// last value, as most parsers (and so most upstreams) read it.
-type Members<'a> = std::collections::BTreeMap<String, &'a RawValue>;
-
-/// The tool a `tools/call` names (`params.name`); `None` for other methods.
-fn tool_of(method: &str, params: Option<&RawValue>) -> Option<String> {
-    if method != "tools/call" {
-        return None;
-    }
-    let members: Members<'_> = serde_json::from_str(params?.get()).ok()?;
-    serde_json::from_str(members.get("name")?.get()).ok()
-}
-
-/// A batch's requests (members with a method and an id), each with its tool.
-fn batch_calls(body: &[u8]) -> Vec<Option<String>> {
-    let items: Vec<&RawValue> = serde_json::from_slice(body).unwrap_or_default();
-    let call = |item: &RawValue| {
-        let members: Members<'_> = serde_json::from_str(item.get()).ok()?;
-        let method: String = serde_json::from_str(members.get("method")?.get()).ok()?;
-        members.get("id")?;
-        Some(tool_of(&method, members.get("params").copied()))
-    };
-    items.into_iter().filter_map(call).collect()
-}
-
-/// Legacy request methods, as a bounded label.
-fn method_label(method: &str) -> &'static str {
-    const KNOWN: &[&str] = &[
-        "initialize",
-        "ping",
-        "tools/list",
-        "tools/call",
-        "prompts/list",
-        "prompts/get",
-        "resources/list",
-        "resources/templates/list",
-        "resources/read",
-        "resources/subscribe",
-        "resources/unsubscribe",
-        "completion/complete",
-        "logging/setLevel",
-        "tasks/get",
-        "tasks/result",
-        "tasks/list",
-        "tasks/cancel",
-    ];
-    KNOWN.iter().find(|k| **k == method).copied().unwrap_or("other")
 }
 
 /// The versions a client may ask for at `initialize`, as a bounded label.
@@ -232,48 +110,40 @@ impl Bridge {
     }
 
     /// A legacy POST: `initialize` opens an upstream session; anything else
-    /// goes to the session its token names. `hold` lives as long as the answer.
+    /// goes to the session its token names.
     pub async fn post(
         &self,
         target: &Target,
         upstream: Generation,
         caller: Caller,
-        hold: Box<dyn Any + Send + Sync>,
-        body_share: Option<crate::body::Share>,
+        peek: Peeked,
+        held: Held,
         started: Instant,
     ) -> Response<Body> {
-        let (resp, label, outcome) = match Peeked::of(&caller.body) {
-            Err(e) => (self.error(None, &e), "invalid", e.reason()),
-            Ok(peek) if peek.label == "batch" && caller.access.is_some() => {
-                let e = Error::InvalidRequest(
-                    "batches are not relayed on a route with authorization rules".into(),
-                );
-                (self.error(None, &e), peek.label, e.reason())
-            }
-            Ok(peek) => {
-                let done = match target.admit(&caller.principal, &peek.asks()) {
-                    Err(e) => Err(e),
-                    Ok(slot) if peek.initialize => {
-                        // A session id on initialize must still be one of ours
-                        // (404 otherwise, as on every method); a new session opens.
-                        let stale = caller.headers.contains_key(&SESSION_ID);
-                        match if stale { self.session(target, &caller).map(drop) } else { Ok(()) } {
-                            Ok(()) => self.initialize(target, &caller, Box::new((hold, slot))).await,
-                            Err(e) => Err(e),
-                        }
+        let Held { permits: hold, body: body_share } = held;
+        let done = if peek.label == "batch" && caller.access.is_some() {
+            Err(Error::InvalidRequest("batches are not relayed on a route with authorization rules".into()))
+        } else {
+            match target.admit(&caller.principal, &super::asks(&peek)) {
+                Err(e) => Err(e),
+                Ok(slot) if peek.initialize => {
+                    // A session id on initialize must still be one of ours
+                    // (404 otherwise, as on every method); a new session opens.
+                    let stale = caller.headers.contains_key(&SESSION_ID);
+                    match if stale { self.session(target, &caller).map(drop) } else { Ok(()) } {
+                        Ok(()) => self.initialize(target, &caller, Box::new((hold, slot))).await,
+                        Err(e) => Err(e),
                     }
-                    Ok(slot) => {
-                        self.relay_post(target, &caller, &peek, Box::new((hold, slot)), body_share).await
-                    }
-                };
-                match done {
-                    Ok(resp) => (resp, peek.label, "forwarded"),
-                    Err(e) => (self.error(peek.id.as_ref(), &e), peek.label, e.reason()),
                 }
+                Ok(slot) => self.relay_post(target, &caller, &peek, Box::new((hold, slot)), body_share).await,
             }
         };
+        let (resp, outcome) = match done {
+            Ok(resp) => (resp, "forwarded"),
+            Err(e) => (self.error(peek.id.as_ref(), &e), e.reason()),
+        };
         target.observed(outcome);
-        self.services.count(target, (Generation::Legacy, upstream), label, outcome, started);
+        self.services.count(target, (Generation::Legacy, upstream), peek.label, outcome, started);
         resp
     }
 
@@ -714,54 +584,4 @@ fn initialize_result(body: &[u8], sse: bool) -> Option<Option<String>> {
         return parse(body);
     }
     crate::upstream::sse_data(std::str::from_utf8(body).ok()?).find_map(|data| parse(data.as_bytes()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn messages_are_classified_without_a_tree() {
-        let ok = |body: &str| Peeked::of(body.as_bytes()).unwrap();
-        let p = ok(r#"{"jsonrpc":"2.0","id":"a","method":"initialize","params":{}}"#);
-        assert_eq!((p.label, p.initialize, p.id), ("initialize", true, Some(serde_json::json!("a"))));
-        assert_eq!(ok(r#"{"jsonrpc":"2.0","id":1,"method":"x/y"}"#).label, "other");
-        assert_eq!(ok(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).label, "notification");
-        let r = ok(r#"{"jsonrpc":"2.0","id":7,"result":{}}"#);
-        assert_eq!((r.label, r.id), ("response", None), "a response's id is the server's");
-        assert_eq!(ok(r#" [{"jsonrpc":"2.0","method":"a"}]"#).label, "batch");
-        assert_eq!(
-            ok(r#"{"jsonrpc":"2.0","id":{"x":1},"method":"ping"}"#).id,
-            None,
-            "odd ids are not echoed"
-        );
-        let err = |body: &str| Peeked::of(body.as_bytes()).unwrap_err().reason();
-        assert_eq!(err("{"), "parse_error");
-        assert_eq!(err("[1,"), "parse_error");
-        assert_eq!(err("42"), "parse_error");
-        assert_eq!(err(r#"{"jsonrpc":"1.0","id":1,"method":"a"}"#), "invalid_request");
-        assert_eq!(err(r#"{"jsonrpc":"2.0","method":"a","method":"b"}"#), "invalid_request");
-        assert_eq!(err(r#"{"jsonrpc":"2.0","id":1}"#), "invalid_request");
-    }
-
-    #[test]
-    fn rate_limits_count_every_request_and_see_the_tool_the_upstream_will() {
-        let calls = |body: &str| Peeked::of(body.as_bytes()).unwrap().calls;
-        let tool = |name: &str| Some(name.to_string());
-        assert_eq!(
-            calls(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"}}"#),
-            [tool("a")]
-        );
-        assert_eq!(calls(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"name":"a"}}"#), [None]);
-        // A repeated name is read as most parsers read it: the last one.
-        let twice = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","name":"b"}}"#;
-        assert_eq!(calls(twice), [tool("b")]);
-        assert!(calls(r#"{"jsonrpc":"2.0","method":"notifications/cancelled"}"#).is_empty());
-        assert!(calls(r#"{"jsonrpc":"2.0","id":7,"result":{}}"#).is_empty(), "answers are not counted");
-        let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"}},
-            {"jsonrpc":"2.0","method":"notifications/x"}, 5,
-            {"jsonrpc":"2.0","id":2,"method":"tools/call","method":"tools/call","params":{"name":"b"}},
-            {"jsonrpc":"2.0","id":3,"method":"ping"}]"#;
-        assert_eq!(calls(batch), [tool("a"), tool("b"), None], "each request of a batch");
-    }
 }

@@ -30,13 +30,14 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::legacy_legacy::token::{self, Claims, Rejected, Translated};
-use super::legacy_legacy::{quota, version_label, Peeked};
+use super::legacy_legacy::{quota, version_label};
 use super::modern_legacy::tool_headers::{self, Annotations};
 use super::relay::Relay;
 use super::{Caller, Services, Target};
 use crate::config::{Config, LEGACY_VERSIONS};
 use crate::error::{error_body, Error};
 use crate::front::headers::{encode_value, param_value};
+use crate::front::legacy::Peeked;
 use crate::front::{MODERN_VERSION, SUPPORTED_VERSIONS};
 use crate::metrics::{MethodLabels, OpenedLabels, ReasonLabels};
 use crate::reply::{self, Body, Reply};
@@ -108,14 +109,16 @@ impl Bridge {
     }
 
     /// A legacy POST: answered to `reply`. The metric label and outcome.
-    pub async fn post(&self, target: &Target, caller: &Caller, reply: Reply) -> (&'static str, &'static str) {
-        let peek = match Peeked::of(&caller.body) {
-            Ok(peek) => peek,
-            Err(e) => return ("invalid", fail(reply, None, &e).await),
-        };
+    pub async fn post(
+        &self,
+        target: &Target,
+        caller: &Caller,
+        peek: Peeked,
+        reply: Reply,
+    ) -> (&'static str, &'static str) {
         let label = peek.label;
         // Held until the answer is complete.
-        let _slot = match target.admit(&caller.principal, &peek.asks()) {
+        let _slot = match target.admit(&caller.principal, &super::asks(&peek)) {
             Ok(slot) => slot,
             Err(e) => return (label, fail(reply, peek.id.as_ref(), &e).await),
         };

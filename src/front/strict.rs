@@ -1,0 +1,472 @@
+//! The one strict reading of a client body (DESIGN §10), whatever generation
+//! sent it and whichever path it takes, the legacy relay included.
+//!
+//! The rules are I-JSON's (RFC 7493): valid UTF-8, no lone surrogate in any
+//! string or member name, every number within a double's range (`1e400` is
+//! refused; numbers are still forwarded as their raw text, so integers above
+//! 2^53 survive), arrays and objects nested at most [`MAX_DEPTH`] deep, and no
+//! repeated member name in the objects the gateway reads: the envelope,
+//! `params`, `params._meta` and `params.arguments` (of every batch item).
+//!
+//! Two parsers that read one body differently are how a denied call gets
+//! through: the gateway checks one reading and the upstream acts on another.
+//! A body these rules accept reads the same in every JSON parser, so what the
+//! gateway checked (the method, the tool, prompt or URI a call names) is what
+//! the upstream runs. What this walk found ([`Message`]) is what
+//! authorization, rate limits and the relay read; they never parse the body
+//! themselves.
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Number, Value};
+
+use super::meta::PROTOCOL_VERSION;
+use crate::error::Error;
+
+/// The deepest nesting of arrays and objects, the body's own counting as
+/// one: what serde_json's tree reader takes, so no later reading of an
+/// accepted body can fail on depth.
+pub const MAX_DEPTH: usize = 127;
+
+/// Above this many members an object's names are checked through a hash
+/// set; below, a scan of a short list is faster.
+const SCAN_NAMES: usize = 16;
+
+/// The longest member name repeated back to the client in a refusal.
+const NAME_ECHO: usize = 64;
+
+/// Why a body was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// Not I-JSON (400/-32700): what is wrong, in words.
+    Malformed(&'static str),
+    /// A member name given twice in an object the gateway reads (400/-32600).
+    Repeated { place: &'static str, name: String },
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::Malformed(why) => f.write_str(why),
+            Refusal::Repeated { place, name } => write!(f, "member \"{name}\" given twice in {place}"),
+        }
+    }
+}
+
+impl Refusal {
+    /// The error a client is answered with: 400 and -32700, or -32600 for a
+    /// repeated name (valid JSON, but not a request the gateway can read one way).
+    pub fn error(&self) -> Error {
+        match self {
+            Refusal::Malformed(why) => Error::Malformed(why),
+            Refusal::Repeated { .. } => Error::InvalidRequest(self.to_string()),
+        }
+    }
+}
+
+/// What the body is, as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// One JSON object: one message.
+    Object,
+    /// An array: a batch (2025-03-26), one [`Item`] per element.
+    Batch,
+    /// Valid JSON that is neither (a number, a string, …).
+    Other,
+}
+
+/// A JSON-RPC `id` as the client sent it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Id {
+    #[default]
+    Absent,
+    Null,
+    /// A string or a number: echoed in answers.
+    Usable(Value),
+    /// Anything else (an object, an array, a boolean).
+    Other,
+}
+
+/// `params` as the client sent it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Params {
+    #[default]
+    Absent,
+    Object,
+    /// Present and not an object.
+    Other,
+}
+
+/// What one message (the body, or one element of a batch) carries, as far
+/// as the gateway reads it. Strings borrow from the body unless they hold
+/// escapes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Item<'a> {
+    /// A JSON object (a batch element may be anything).
+    pub object: bool,
+    /// `jsonrpc`, when a string.
+    pub jsonrpc: Option<Cow<'a, str>>,
+    pub id: Id,
+    /// `method`, when a string.
+    pub method: Option<Cow<'a, str>>,
+    /// A `method` member of any type.
+    pub has_method: bool,
+    /// A `result` or `error` member: an answer to a server's request.
+    pub answer: bool,
+    pub params: Params,
+    /// `params.name`, when a string.
+    pub name: Option<Cow<'a, str>>,
+    /// `params.uri`, when a string.
+    pub uri: Option<Cow<'a, str>>,
+    /// `params._meta["io.modelcontextprotocol/protocolVersion"]`, when a string.
+    pub meta_version: Option<Cow<'a, str>>,
+    /// That member, of any type: a 2026-07-28 marker (DESIGN §9).
+    pub has_meta_version: bool,
+}
+
+impl Item<'_> {
+    /// A request: a method and an id.
+    pub fn is_request(&self) -> bool {
+        self.method.is_some() && self.id != Id::Absent
+    }
+
+    /// The tool or prompt name, or the resource URI, a call method names
+    /// (`None` when that member is missing or not a string).
+    pub fn called(&self) -> Option<&str> {
+        match self.method.as_deref()? {
+            "tools/call" | "prompts/get" => self.name.as_deref(),
+            _ => self.uri.as_deref(),
+        }
+    }
+}
+
+/// A body the rules accept: its shape and its messages.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message<'a> {
+    pub shape: Shape,
+    /// One for an object, one per element for a batch, none otherwise.
+    pub items: Vec<Item<'a>>,
+}
+
+impl<'a> Message<'a> {
+    /// The single message of a body that is one object.
+    pub fn single(&self) -> Option<&Item<'a>> {
+        match self.shape {
+            Shape::Object => self.items.first(),
+            _ => None,
+        }
+    }
+}
+
+/// Reads a client body under the rules above, walking every byte once.
+pub fn read(body: &[u8]) -> Result<Message<'_>, Refusal> {
+    let mut walk = Walk { refusal: None, items: Vec::new(), current: Item::default(), batch: false };
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let found = Node { walk: &mut walk, depth: 0, place: Place::Top }
+        .deserialize(&mut de)
+        .and_then(|found| de.end().map(|()| found));
+    match (found, walk.refusal) {
+        (_, Some(refusal)) => Err(refusal),
+        (Err(e), None) => Err(Refusal::Malformed(malformed(&e))),
+        (Ok(found), None) => {
+            let shape = match found {
+                Found::Object => Shape::Object,
+                Found::Array if walk.batch => Shape::Batch,
+                _ => Shape::Other,
+            };
+            Ok(Message { shape, items: walk.items })
+        }
+    }
+}
+
+/// serde_json's own refusals, in words a client can act on.
+fn malformed(e: &serde_json::Error) -> &'static str {
+    let text = e.to_string();
+    if text.starts_with("recursion limit exceeded") {
+        "arrays and objects nested more than 127 deep"
+    } else if text.starts_with("number out of range") {
+        "a number outside the range of a double"
+    } else if text.contains("surrogate") || text.contains("hex escape") {
+        "a lone surrogate or a bad \\u escape in a string"
+    } else if text.starts_with("invalid unicode code point") {
+        "invalid UTF-8"
+    } else if text.contains("control character") {
+        "a control character in a string"
+    } else if e.is_eof() {
+        "the body ends before its JSON does"
+    } else {
+        "the body is not valid JSON"
+    }
+}
+
+/// The state of one walk: the messages found, and a refusal of this
+/// module's own (serde only carries strings).
+struct Walk<'de> {
+    refusal: Option<Refusal>,
+    items: Vec<Item<'de>>,
+    /// The message being walked.
+    current: Item<'de>,
+    batch: bool,
+}
+
+/// Where in the message a value sits: what is read of it, and whether its
+/// member names must be unique.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Top,
+    BatchItem,
+    Params,
+    Meta,
+    Arguments,
+    Inside,
+}
+
+impl Place {
+    /// The object's name in a refusal; `None` where repeats are not checked.
+    fn unique(self) -> Option<&'static str> {
+        match self {
+            Place::Top | Place::BatchItem => Some("the message"),
+            Place::Params => Some("params"),
+            Place::Meta => Some("params._meta"),
+            Place::Arguments => Some("params.arguments"),
+            Place::Inside => None,
+        }
+    }
+
+    /// Where a member of this object goes.
+    fn member(self, name: &str) -> Place {
+        match (self, name) {
+            (Place::Top | Place::BatchItem, "params") => Place::Params,
+            (Place::Params, "_meta") => Place::Meta,
+            (Place::Params, "arguments") => Place::Arguments,
+            _ => Place::Inside,
+        }
+    }
+}
+
+/// What kind of value was walked, with the scalars the envelope reads.
+enum Found<'de> {
+    Null,
+    Bool,
+    Number(Number),
+    Str(Cow<'de, str>),
+    Array,
+    Object,
+}
+
+impl<'de> Found<'de> {
+    fn into_str(self) -> Option<Cow<'de, str>> {
+        match self {
+            Found::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn into_id(self) -> Id {
+        match self {
+            Found::Null => Id::Null,
+            Found::Str(s) => Id::Usable(Value::String(s.into_owned())),
+            Found::Number(n) => Id::Usable(Value::Number(n)),
+            _ => Id::Other,
+        }
+    }
+}
+
+/// One value to walk.
+struct Node<'w, 'de> {
+    walk: &'w mut Walk<'de>,
+    /// Arrays and objects around this value.
+    depth: usize,
+    place: Place,
+}
+
+impl<'de> DeserializeSeed<'de> for Node<'_, 'de> {
+    type Value = Found<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Found<'de>, D::Error> {
+        de.deserialize_any(self)
+    }
+}
+
+impl<'de> Node<'_, 'de> {
+    fn refuse<E: de::Error>(&mut self, refusal: Refusal) -> E {
+        self.walk.refusal.get_or_insert(refusal);
+        E::custom("refused")
+    }
+
+    fn deeper<E: de::Error>(&mut self) -> Result<usize, E> {
+        let depth = self.depth + 1;
+        if depth > MAX_DEPTH {
+            return Err(self.refuse(Refusal::Malformed("arrays and objects nested more than 127 deep")));
+        }
+        Ok(depth)
+    }
+
+    fn child(&mut self, place: Place, depth: usize) -> Node<'_, 'de> {
+        Node { walk: self.walk, depth, place }
+    }
+}
+
+impl<'de> Visitor<'de> for Node<'_, 'de> {
+    type Value = Found<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Found<'de>, E> {
+        Ok(Found::Null)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Found<'de>, E> {
+        Ok(Found::Bool)
+    }
+
+    fn visit_u64<E>(self, n: u64) -> Result<Found<'de>, E> {
+        Ok(Found::Number(n.into()))
+    }
+
+    fn visit_i64<E>(self, n: i64) -> Result<Found<'de>, E> {
+        Ok(Found::Number(n.into()))
+    }
+
+    fn visit_f64<E: de::Error>(mut self, n: f64) -> Result<Found<'de>, E> {
+        // serde_json refuses an infinite number itself; this is the guard.
+        match Number::from_f64(n) {
+            Some(n) => Ok(Found::Number(n)),
+            None => Err(self.refuse(Refusal::Malformed("a number outside the range of a double"))),
+        }
+    }
+
+    fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Found<'de>, E> {
+        Ok(Found::Str(Cow::Borrowed(s)))
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<Found<'de>, E> {
+        Ok(Found::Str(Cow::Owned(s.to_owned())))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<Found<'de>, A::Error> {
+        let depth = self.deeper()?;
+        let top = self.place == Place::Top;
+        let place = if top { Place::BatchItem } else { Place::Inside };
+        self.walk.batch |= top;
+        while let Some(found) = seq.next_element_seed(self.child(place, depth))? {
+            // A batch element that is not an object is a message still (an
+            // invalid one); an object pushed itself.
+            if top && !matches!(found, Found::Object) {
+                self.walk.items.push(Item::default());
+            }
+        }
+        Ok(Found::Array)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Found<'de>, A::Error> {
+        let depth = self.deeper()?;
+        let unique = self.place.unique();
+        let envelope = matches!(self.place, Place::Top | Place::BatchItem);
+        if envelope {
+            self.walk.current = Item { object: true, ..Item::default() };
+        }
+        let mut names = Names::default();
+        while let Some(name) = map.next_key_seed(NameSeed)? {
+            if let Some(place) = unique {
+                if !names.insert(name.clone()) {
+                    let name: String = name.chars().take(NAME_ECHO).collect();
+                    return Err(self.refuse(Refusal::Repeated { place, name }));
+                }
+            }
+            let found = map.next_value_seed(self.child(self.place.member(&name), depth))?;
+            self.keep(&name, found);
+        }
+        if envelope {
+            let item = std::mem::take(&mut self.walk.current);
+            self.walk.items.push(item);
+        }
+        Ok(Found::Object)
+    }
+}
+
+impl<'de> Node<'_, 'de> {
+    /// Keeps what the gateway reads of a member just walked, in the message
+    /// being walked (messages never nest: only a body or a batch element is one).
+    fn keep(&mut self, name: &str, found: Found<'de>) {
+        let item = &mut self.walk.current;
+        match (self.place, name) {
+            (Place::Top | Place::BatchItem, "jsonrpc") => item.jsonrpc = found.into_str(),
+            (Place::Top | Place::BatchItem, "id") => item.id = found.into_id(),
+            (Place::Top | Place::BatchItem, "method") => {
+                item.has_method = true;
+                item.method = found.into_str();
+            }
+            (Place::Top | Place::BatchItem, "result" | "error") => item.answer = true,
+            (Place::Top | Place::BatchItem, "params") => {
+                item.params = if matches!(found, Found::Object) { Params::Object } else { Params::Other };
+            }
+            (Place::Params, "name") => item.name = found.into_str(),
+            (Place::Params, "uri") => item.uri = found.into_str(),
+            (Place::Meta, PROTOCOL_VERSION) => {
+                item.has_meta_version = true;
+                item.meta_version = found.into_str();
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A member name: borrowed from the body unless it holds escapes.
+struct NameSeed;
+
+impl<'de> DeserializeSeed<'de> for NameSeed {
+    type Value = Cow<'de, str>;
+
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Cow<'de, str>, D::Error> {
+        de.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for NameSeed {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a member name")
+    }
+
+    fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Borrowed(s))
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Owned(s.to_owned()))
+    }
+}
+
+/// The member names of one object seen so far: a short list, then a set.
+#[derive(Default)]
+struct Names<'n> {
+    few: Vec<Cow<'n, str>>,
+    many: HashSet<Cow<'n, str>>,
+}
+
+impl<'n> Names<'n> {
+    /// Whether `name` is new.
+    fn insert(&mut self, name: Cow<'n, str>) -> bool {
+        if self.many.is_empty() {
+            if self.few.contains(&name) {
+                return false;
+            }
+            if self.few.len() < SCAN_NAMES {
+                self.few.push(name);
+                return true;
+            }
+            self.many.extend(self.few.drain(..));
+        }
+        self.many.insert(name)
+    }
+}
+
+#[cfg(test)]
+mod tests;

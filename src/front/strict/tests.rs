@@ -1,0 +1,223 @@
+use super::*;
+
+fn refused(body: &str) -> Refusal {
+    read(body.as_bytes()).expect_err(body)
+}
+
+fn malformed(body: &str) -> &'static str {
+    match refused(body) {
+        Refusal::Malformed(why) => why,
+        other => panic!("{body}: {other:?}"),
+    }
+}
+
+fn repeated(body: &str) -> (&'static str, String) {
+    match refused(body) {
+        Refusal::Repeated { place, name } => (place, name),
+        other => panic!("{body}: {other:?}"),
+    }
+}
+
+fn nested(depth: usize) -> String {
+    format!("{}{}", "[".repeat(depth), "]".repeat(depth))
+}
+
+#[test]
+fn a_request_is_read_once_with_what_the_gateway_needs() {
+    let body = r#"{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"echo",
+        "arguments":{"x":[1,{"y":2}]},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+    let msg = read(body.as_bytes()).unwrap();
+    assert_eq!(msg.shape, Shape::Object);
+    let item = msg.single().unwrap();
+    assert_eq!(item.jsonrpc.as_deref(), Some("2.0"));
+    assert_eq!(item.id, Id::Usable(Value::from("a")));
+    assert_eq!(item.method.as_deref(), Some("tools/call"));
+    assert_eq!(item.called(), Some("echo"));
+    assert_eq!(item.meta_version.as_deref(), Some("2026-07-28"));
+    assert_eq!(item.params, Params::Object);
+    assert!(item.is_request() && !item.answer);
+    assert!(matches!(item.method, Some(Cow::Borrowed(_))), "no escapes: borrowed from the body");
+}
+
+#[test]
+fn escapes_are_read_as_every_parser_reads_them() {
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"n\u0061me":"del\u0065te_user"}}"#;
+    assert_eq!(read(body.as_bytes()).unwrap().single().unwrap().called(), Some("delete_user"));
+    // A name spelt two ways is still one name.
+    let twice = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","n\u0061me":"x"}}"#;
+    assert_eq!(repeated(twice), ("params", "name".to_string()));
+    // A surrogate pair is a character, not a lone surrogate.
+    assert!(read(r#"{"a":"\ud83d\ude00"}"#.as_bytes()).is_ok());
+}
+
+#[test]
+fn the_target_of_each_call_method() {
+    let target = |body: &str| read(body.as_bytes()).unwrap().items[0].called().map(str::to_string);
+    assert_eq!(
+        target(
+            r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"file:///a","name":"x"}}"#
+        ),
+        Some("file:///a".into())
+    );
+    assert_eq!(
+        target(r#"{"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":"p","uri":"u"}}"#),
+        Some("p".into())
+    );
+    assert_eq!(target(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":5}}"#), None);
+    assert_eq!(target(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":[]}"#), None);
+    // A `name` elsewhere than in params is not the call's.
+    assert_eq!(
+        target(r#"{"jsonrpc":"2.0","id":1,"name":"a","method":"tools/call","params":{"x":{"name":"b"}}}"#),
+        None
+    );
+}
+
+#[test]
+fn out_of_range_numbers_are_refused_anywhere_in_the_body() {
+    for body in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":{"pad":1e400}}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"},"pad":-1e400}"#,
+        r#"{"deep":[[[{"x":1E+309}]]]}"#,
+    ] {
+        assert_eq!(malformed(body), "a number outside the range of a double", "{body}");
+    }
+    let long = format!(r#"{{"pad":1{}}}"#, "0".repeat(400));
+    assert_eq!(malformed(&long), "a number outside the range of a double", "400 digits in full");
+    // Within range: accepted, and big integers keep their text in the body.
+    assert!(read(
+        br#"{"a":1e308,"b":-1.5e-400,"c":18446744073709551615,"d":123456789012345678901234567890}"#
+    )
+    .is_ok());
+}
+
+#[test]
+fn lone_surrogates_are_refused_in_strings_and_names() {
+    for body in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":{"s":"\ud800"}}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"},"x":"\udc00"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":{"\ud800":1}}}"#,
+        r#"{"x":{"y":["\ud800\u0041"]}}"#,
+        r#"["\ud800"]"#,
+    ] {
+        assert_eq!(malformed(body), "a lone surrogate or a bad \\u escape in a string", "{body}");
+    }
+}
+
+#[test]
+fn invalid_utf8_and_garbage_are_refused() {
+    assert_eq!(read(b"{\"a\":\"\xff\"}").unwrap_err(), Refusal::Malformed("invalid UTF-8"));
+    assert_eq!(malformed("{"), "the body ends before its JSON does");
+    assert_eq!(malformed(""), "the body ends before its JSON does");
+    assert_eq!(malformed("{} x"), "the body is not valid JSON");
+    assert_eq!(malformed("{'a':1}"), "the body is not valid JSON");
+    assert_eq!(malformed("{\"a\":\"\u{1}\"}"), "a control character in a string");
+}
+
+#[test]
+fn nesting_is_capped() {
+    assert!(read(nested(MAX_DEPTH).as_bytes()).is_ok());
+    assert_eq!(malformed(&nested(MAX_DEPTH + 1)), "arrays and objects nested more than 127 deep");
+    assert_eq!(malformed(&nested(200)), "arrays and objects nested more than 127 deep");
+    let deep_args = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"a","arguments":{{"x":{}}}}}}}"#,
+        nested(200)
+    );
+    assert_eq!(malformed(&deep_args), "arrays and objects nested more than 127 deep");
+    // Whatever the strict reader takes, serde_json's tree reader takes too.
+    let deepest = nested(MAX_DEPTH);
+    assert!(serde_json::from_str::<Value>(&deepest).is_ok());
+}
+
+#[test]
+fn repeated_names_are_refused_where_the_gateway_reads() {
+    let cases = [
+        (r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"tools/call"}"#, "the message", "method"),
+        (r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#, "the message", "id"),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","name":"b"}}"#,
+            "params",
+            "name",
+        ),
+        (r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"_meta":{"k":1,"k":2}}}"#, "params._meta", "k"),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"arguments":{"a":1,"b":2,"a":3}}}"#,
+            "params.arguments",
+            "a",
+        ),
+        (r#"[{"jsonrpc":"2.0","id":1,"method":"a"},{"id":1,"id":1}]"#, "the message", "id"),
+        (r#"[{"params":{"name":"a","name":"b"}}]"#, "params", "name"),
+    ];
+    for (body, place, name) in cases {
+        assert_eq!(repeated(body), (place, name.to_string()), "{body}");
+    }
+    // Deeper objects are the upstream's business; they are only checked as JSON.
+    let deeper = r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"arguments":{"a":{"b":1,"b":2}}}}"#;
+    assert!(read(deeper.as_bytes()).is_ok());
+    // Many names: the set takes over from the list, and still finds the repeat.
+    let many: Vec<String> = (0..100).map(|i| format!("\"k{i}\":{i}")).collect();
+    let body = format!(r#"{{"params":{{"arguments":{{{},"k7":0}}}}}}"#, many.join(","));
+    assert_eq!(repeated(&body), ("params.arguments", "k7".to_string()));
+    // A long name is echoed cut short.
+    let long = "n".repeat(1000);
+    let body = format!(r#"{{"{long}":1,"{long}":2}}"#);
+    assert_eq!(repeated(&body).1.len(), NAME_ECHO);
+}
+
+#[test]
+fn batches_have_one_item_per_element() {
+    let body = r#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"}},
+        {"jsonrpc":"2.0","method":"notifications/x"}, 5,
+        {"jsonrpc":"2.0","id":7,"result":{}},
+        {"jsonrpc":"2.0","id":3,"method":"ping","params":{"name":"zz"}}]"#;
+    let msg = read(body.as_bytes()).unwrap();
+    assert_eq!(msg.shape, Shape::Batch);
+    assert!(msg.single().is_none());
+    let summary: Vec<_> =
+        msg.items.iter().map(|i| (i.object, i.method.as_deref(), i.is_request(), i.answer)).collect();
+    assert_eq!(
+        summary,
+        [
+            (true, Some("tools/call"), true, false),
+            (true, Some("notifications/x"), false, false),
+            (false, None, false, false),
+            (true, None, false, true),
+            (true, Some("ping"), true, false),
+        ]
+    );
+    assert_eq!(msg.items[0].called(), Some("a"));
+    assert_eq!(msg.items[4].name.as_deref(), Some("zz"), "each item's params are its own");
+    assert_eq!(read(b"[]").unwrap().shape, Shape::Batch);
+}
+
+#[test]
+fn other_json_is_read_and_left_to_the_caller() {
+    for body in ["5", "\"x\"", "null", "true"] {
+        let msg = read(body.as_bytes()).unwrap();
+        assert_eq!((msg.shape, msg.items.len()), (Shape::Other, 0), "{body}");
+    }
+    let odd = read(br#"{"jsonrpc":2,"id":{"a":1},"method":3,"params":"p"}"#).unwrap();
+    let item = odd.single().unwrap();
+    assert_eq!((item.jsonrpc.as_deref(), item.id.clone(), item.method.as_deref()), (None, Id::Other, None));
+    assert!(item.has_method);
+    assert_eq!(item.params, Params::Other);
+    assert_eq!(read(br#"{"id":null}"#).unwrap().items[0].id, Id::Null);
+}
+
+#[test]
+fn what_it_accepts_every_reader_reads_the_same() {
+    // The property the strict reader exists for: an accepted body parses in
+    // serde_json to a tree whose call target is the one the walk found.
+    let bodies = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"a":{"a":1,"a":2}}}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"file:///\u00e9"}}"#,
+        r#"{"jsonrpc":"2.0","id":9007199254740993,"method":"prompts/get","params":{"name":"p"}}"#,
+    ];
+    for body in bodies {
+        let item = read(body.as_bytes()).unwrap().items.remove(0);
+        let tree: Value = serde_json::from_str(body).unwrap();
+        let key = if item.method.as_deref() == Some("resources/read") { "uri" } else { "name" };
+        assert_eq!(item.called(), tree["params"][key].as_str(), "{body}");
+        assert_eq!(item.method.as_deref(), tree["method"].as_str());
+        assert_eq!(Id::Usable(tree["id"].clone()), item.id);
+    }
+}
