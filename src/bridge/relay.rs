@@ -24,8 +24,9 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{error_body, Error};
 use crate::front::SUPPORTED_VERSIONS;
 use crate::reply::{Body, BoxError};
+use crate::upstream::answers::{judge, Verdict};
 use crate::upstream::event_limit::{BodyError, EventLimited};
-use crate::upstream::h1;
+use crate::upstream::{h1, Transport};
 
 pub struct Relay {
     events: Pin<Box<SseStream<EventLimited<h1::Body>>>>,
@@ -42,8 +43,17 @@ pub struct Relay {
     _hold: Box<dyn Any + Send + Sync>,
     /// Rewrites an event's JSON data; `None` keeps it as it is.
     pub rewrite: Option<Rewrite>,
+    /// The requests this stream answers (a POST's): a response to any
+    /// other ends it with an error ([`crate::upstream::answers`]).
+    pub answering: Option<Answering>,
     /// Time since the upstream last sent an event.
     quiet: Duration,
+}
+
+/// The ids of the requests a stream answers, and their upstream.
+pub struct Answering {
+    pub ids: Vec<Value>,
+    pub upstream: Transport,
 }
 
 /// An event data rewrite: the new data (empty: the event is dropped, a
@@ -71,6 +81,7 @@ impl Relay {
             id: None,
             _hold: hold,
             rewrite: None,
+            answering: None,
             quiet: Duration::ZERO,
         }
     }
@@ -158,9 +169,13 @@ impl Relay {
     }
 
     fn encoded(&self, event: &Sse) -> Next {
-        match encode(event) {
-            Some(bytes) => Next::Event(bytes),
-            None => self.fail(&Error::UpstreamInvalid("event is not JSON")),
+        let (ids, upstream) = match &self.answering {
+            Some(a) => (&a.ids[..], Some(&a.upstream)),
+            None => (&[][..], None),
+        };
+        match encode(event, ids, upstream) {
+            Ok(bytes) => Next::Event(bytes),
+            Err(e) => self.fail(&e),
         }
     }
 
@@ -183,11 +198,22 @@ enum Next {
     End,
 }
 
-/// One event as SSE text, or `None` when its data is not JSON.
-pub fn encode(event: &Sse) -> Option<Bytes> {
+/// One event as SSE text; an error when its data is not JSON, or is a
+/// response to none of the requests `sent` (when any are given: then the
+/// upstream that sent it is distrusted).
+pub fn encode(event: &Sse, sent: &[Value], upstream: Option<&Transport>) -> Result<Bytes, Error> {
     let data = event.data.as_deref().unwrap_or("");
-    if !data.trim().is_empty() && !is_json_message(data.as_bytes()) {
-        return None;
+    if !data.trim().is_empty() {
+        match judge(data.as_bytes(), sent) {
+            Verdict::Fine => {}
+            Verdict::NotJson => return Err(Error::UpstreamInvalid("event is not JSON")),
+            Verdict::Foreign => {
+                if let Some(upstream) = upstream {
+                    upstream.distrust();
+                }
+                return Err(Error::UpstreamInvalid("an answer to another request"));
+            }
+        }
     }
     let mut out = BytesMut::with_capacity(data.len() + 64);
     // The parser has split lines: no field below holds a line break.
@@ -210,7 +236,7 @@ pub fn encode(event: &Sse) -> Option<Bytes> {
         out.put_u8(b'\n');
     }
     out.put_u8(b'\n');
-    Some(out.freeze())
+    Ok(out.freeze())
 }
 
 /// A complete answer to relay: JSON, or SSE text already encoded; `session`
@@ -227,12 +253,7 @@ pub fn answer(status: StatusCode, body: Bytes, sse: bool, session: Option<Header
     resp
 }
 
-/// Whether `bytes` is one JSON object or array (a JSON-RPC message or batch),
-/// checked without building it.
-pub fn is_json_message(bytes: &[u8]) -> bool {
-    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
-    matches!(first, Some(b'{' | b'[')) && serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok()
-}
+pub use crate::upstream::answers::is_json_message;
 
 #[cfg(test)]
 mod tests {
@@ -246,18 +267,21 @@ mod tests {
             id: Some("7_1".into()),
             retry: Some(500),
         };
-        assert_eq!(encode(&ev).unwrap(), &b"id: 7_1\nevent: message\nretry: 500\ndata: {\"a\":1}\n\n"[..]);
+        assert_eq!(
+            encode(&ev, &[], None).unwrap(),
+            &b"id: 7_1\nevent: message\nretry: 500\ndata: {\"a\":1}\n\n"[..]
+        );
         let priming = Sse { event: None, data: Some(String::new()), id: Some("p".into()), retry: None };
-        assert_eq!(encode(&priming).unwrap(), &b"id: p\ndata: \n\n"[..]);
+        assert_eq!(encode(&priming, &[], None).unwrap(), &b"id: p\ndata: \n\n"[..]);
         let multi = Sse { event: None, data: Some("{\n\"a\":1}".into()), id: None, retry: None };
-        assert_eq!(encode(&multi).unwrap(), &b"data: {\ndata: \"a\":1}\n\n"[..]);
+        assert_eq!(encode(&multi, &[], None).unwrap(), &b"data: {\ndata: \"a\":1}\n\n"[..]);
     }
 
     #[test]
     fn data_that_is_not_a_json_message_is_refused() {
         for bad in ["<html>", "42", "\"s\"", "{", "{\"a\":1} x"] {
             let ev = Sse { event: None, data: Some(bad.into()), id: None, retry: None };
-            assert!(encode(&ev).is_none(), "{bad}");
+            assert!(encode(&ev, &[], None).is_err(), "{bad}");
         }
         assert!(is_json_message(b" [{\"jsonrpc\":\"2.0\"}]"));
     }

@@ -21,22 +21,23 @@ pub struct Peeked {
     /// answer or a notification), each with its tool when a `tools/call`:
     /// what rate limits count.
     pub calls: Vec<Option<String>>,
+    /// The usable ids of those requests: what the upstream's answer may answer.
+    pub ids: Vec<Value>,
 }
 
 impl Peeked {
     pub fn of(msg: &Message<'_>) -> Result<Peeked, Error> {
         let item = match msg.shape {
             Shape::Batch => {
-                let calls = msg.items.iter().filter(|i| i.is_request()).map(tool_of).collect();
-                return Ok(Peeked { id: None, label: "batch", initialize: false, calls });
+                let requests = || msg.items.iter().filter(|i| i.is_request());
+                let calls = requests().map(tool_of).collect();
+                let ids = requests().filter_map(usable_id).collect();
+                return Ok(Peeked { id: None, label: "batch", initialize: false, calls, ids });
             }
             Shape::Other => return Err(Error::InvalidRequest("not a JSON-RPC message".into())),
             Shape::Object => &msg.items[0],
         };
-        let id = match &item.id {
-            Id::Usable(id) => Some(id.clone()),
-            _ => None,
-        };
+        let id = usable_id(item);
         if item.has_method && item.method.is_none() {
             return Err(Error::InvalidRequest("method must be a string".into()));
         }
@@ -51,7 +52,16 @@ impl Peeked {
             _ => return Err(Error::InvalidRequest("not a request, notification or response".into())),
         };
         let calls = if item.is_request() { vec![tool_of(item)] } else { Vec::new() };
-        Ok(Peeked { initialize: label == "initialize", id: id.filter(|_| label != "response"), label, calls })
+        let id = id.filter(|_| label != "response");
+        let ids = id.iter().cloned().collect();
+        Ok(Peeked { initialize: label == "initialize", id, label, calls, ids })
+    }
+}
+
+fn usable_id(item: &Item<'_>) -> Option<Value> {
+    match &item.id {
+        Id::Usable(id) => Some(id.clone()),
+        _ => None,
     }
 }
 

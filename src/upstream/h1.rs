@@ -225,6 +225,12 @@ impl Client {
         }
     }
 
+    /// Drops every idle connection: one of them carried an answer to a
+    /// request that was not sent, and which one is not known.
+    pub fn forget_idle(&self) {
+        self.shared.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
     /// Idle connections held (for tests).
     #[cfg(test)]
     fn idle(&self) -> usize {

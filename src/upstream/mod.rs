@@ -3,6 +3,7 @@
 //! ([`event_limit`]), and the MCP Streamable HTTP exchanges on top
 //! ([`transport`]: POST on a session, the GET stream, DELETE, SSE reading).
 
+pub mod answers;
 pub mod credentials;
 pub(crate) mod event_limit;
 pub(crate) mod h1;

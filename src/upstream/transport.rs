@@ -114,6 +114,8 @@ struct Counts {
     timeout: Counter,
     connect_error: Counter,
     broken: Counter,
+    /// Answers to requests that were not sent ([`super::answers`]).
+    foreign: Counter,
 }
 
 impl Counts {
@@ -130,6 +132,7 @@ impl Counts {
             timeout: get("timeout"),
             connect_error: get("connect_error"),
             broken: get("broken"),
+            foreign: get("foreign_answer"),
         }
     }
 
@@ -204,6 +207,18 @@ impl Transport {
     /// The largest answer (or SSE event) read from this upstream.
     pub fn max_response(&self) -> usize {
         self.0.max_response
+    }
+
+    /// After an answer to a request that was not sent: no idle connection
+    /// of this upstream is used again ([`super::answers`]).
+    pub fn distrust(&self) {
+        self.0.counts.foreign.inc();
+        self.0.http.forget_idle();
+        crate::log_limited!(
+            tracing::Level::WARN,
+            instance = %self.0.instance,
+            "upstream answered a request that was not sent; its idle connections are dropped"
+        );
     }
 
     /// Sends one request on `session`: the session headers, then `extra`

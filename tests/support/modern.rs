@@ -110,6 +110,19 @@ async fn handle(
             Some(state) => result(json!({"resultType": "complete",
                 "content": [{"type": "text", "text": format!("state back: {state}")}]})),
         },
+        (Some("tools/call"), Some("stray")) => {
+            // An answer to some other request: never to be delivered.
+            json!({"jsonrpc": "2.0", "id": "someone-else", "result": {"resultType": "complete",
+                "content": [{"type": "text", "text": "another caller's secret"}]}})
+        }
+        (Some("tools/call"), Some("stray_sse")) => {
+            let other = json!({"jsonrpc": "2.0", "id": 424242, "result": {"resultType": "complete",
+                "content": [{"type": "text", "text": "another caller's secret"}]}});
+            let text = format!("event: message\ndata: {other}\n\n");
+            let mut resp = Response::new(Full::new(Bytes::from(text)).boxed());
+            resp.headers_mut().insert("content-type", "text/event-stream".parse().unwrap());
+            return Ok(resp);
+        }
         (Some("tools/call"), Some("ask_escaped")) => {
             // The member name written with an escape: still a requestState.
             let text = format!(

@@ -26,7 +26,7 @@ use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::relay::{self, Relay};
+use super::relay::{self, Answering, Relay};
 use super::{Caller, Generation, Held, Services, Target};
 use crate::config::Config;
 use crate::error::Error;
@@ -34,6 +34,7 @@ use crate::front::headers::{LAST_EVENT_ID, PROTOCOL_VERSION, SESSION_ID};
 use crate::front::legacy::Peeked;
 use crate::metrics::{OpenedLabels, ReasonLabels};
 use crate::reply::{self, Body};
+use crate::upstream::answers::{judge, Verdict};
 use crate::upstream::{h1, PostError, SessionWire, Transport, ACCEPT_BOTH};
 use token::{Claims, Rejected};
 
@@ -131,7 +132,7 @@ impl Bridge {
                     // (404 otherwise, as on every method); a new session opens.
                     let stale = caller.headers.contains_key(&SESSION_ID);
                     match if stale { self.session(target, &caller).map(drop) } else { Ok(()) } {
-                        Ok(()) => self.initialize(target, &caller, Box::new((hold, slot))).await,
+                        Ok(()) => self.initialize(target, &caller, &peek.ids, Box::new((hold, slot))).await,
                         Err(e) => Err(e),
                     }
                 }
@@ -241,7 +242,7 @@ impl Bridge {
             }
             s if gone(s) => Err(self.gone(target)),
             405 => Err(Error::MethodNotAllowed),
-            _ => self.json_answer(upstream, resp, None).await,
+            _ => self.json_answer(upstream, resp, &[], None).await,
         }
     }
 
@@ -250,6 +251,7 @@ impl Bridge {
         &self,
         target: &Target,
         caller: &Caller,
+        sent: &[Value],
         hold: Box<dyn Any + Send + Sync>,
     ) -> Result<Response<Body>, Error> {
         #[derive(Deserialize)]
@@ -286,11 +288,11 @@ impl Bridge {
             // The upstream's own JSON-RPC error passes as it is; anything
             // else is a gateway error.
             end_minted();
-            return self.json_answer(upstream, resp, None).await;
+            return self.json_answer(upstream, resp, sent, None).await;
         }
         // The answer is read whole: the token goes in its headers, and the
         // negotiated version comes from it. An initialize answer is small.
-        let (body, sse) = match self.read_initialize(target, upstream, resp).await {
+        let (body, sse) = match self.read_initialize(target, upstream, resp, sent).await {
             Ok(read) => read,
             Err(e) => {
                 end_minted();
@@ -339,12 +341,17 @@ impl Bridge {
         target: &Target,
         upstream: &Transport,
         resp: h1::Response,
+        sent: &[Value],
     ) -> Result<(Bytes, bool), Error> {
         if !resp.is_sse() {
             if !resp.is_json() {
                 return Err(Error::UpstreamInvalid("content type"));
             }
             let body = upstream.read_body(resp.body).await.map_err(|e| map_error(e, true))?;
+            if judge(&body, sent) == Verdict::Foreign {
+                upstream.distrust();
+                return Err(Error::UpstreamInvalid("an answer to another request"));
+            }
             return Ok((body, false));
         }
         let mut events = Relay::events(resp.body, upstream.max_response());
@@ -353,9 +360,7 @@ impl Bridge {
             use futures_util::StreamExt;
             while let Some(event) = events.next().await {
                 let event = event.map_err(|_| Error::UpstreamInvalid("invalid event stream"))?;
-                let Some(bytes) = relay::encode(&event) else {
-                    return Err(Error::UpstreamInvalid("event is not JSON"));
-                };
+                let bytes = relay::encode(&event, sent, Some(upstream))?;
                 if out.len() + bytes.len() > upstream.max_response() {
                     return Err(Error::UpstreamTooLarge);
                 }
@@ -407,13 +412,17 @@ impl Bridge {
                 );
                 relay.deadline = Some(deadline);
                 relay.id = peek.id.clone();
+                relay.answering = Some(Answering { ids: peek.ids.clone(), upstream: upstream.clone() });
                 if let Some(view) = filter.clone() {
                     let method = peek.label;
                     relay.rewrite = Some(Box::new(move |data: &str| view.filter_message(method, data)));
                 }
                 Ok(relay.response(None))
             }
-            _ => self.json_answer(upstream, resp, filter.as_deref().map(|v| (v, peek.label))).await,
+            _ => {
+                let filter = filter.as_deref().map(|v| (v, peek.label));
+                self.json_answer(upstream, resp, &peek.ids, filter).await
+            }
         }
     }
 
@@ -479,13 +488,19 @@ impl Bridge {
         &self,
         upstream: &Transport,
         resp: h1::Response,
+        sent: &[Value],
         filter: Option<(&crate::authz::View, &str)>,
     ) -> Result<Response<Body>, Error> {
         let status = StatusCode::from_u16(resp.status).unwrap_or(StatusCode::BAD_GATEWAY);
         let success = status.is_success();
         let json = resp.is_json();
         let body = upstream.read_body(resp.body).await.map_err(|e| map_error(e, true))?;
-        if json && relay::is_json_message(&body) {
+        let verdict = if json { judge(&body, sent) } else { Verdict::NotJson };
+        if verdict == Verdict::Foreign {
+            upstream.distrust();
+            return Err(Error::UpstreamInvalid("an answer to another request"));
+        }
+        if verdict == Verdict::Fine {
             let filtered = match (filter, std::str::from_utf8(&body)) {
                 (Some((view, method)), Ok(text)) => view.filter_message(method, text).ok().flatten(),
                 _ => None,

@@ -32,7 +32,7 @@ use serde_json::{json, Map, Value};
 use super::legacy_legacy::token::{self, Claims, Rejected, Translated};
 use super::legacy_legacy::{quota, version_label};
 use super::modern_legacy::tool_headers::{self, Annotations};
-use super::relay::Relay;
+use super::relay::{Answering, Relay};
 use super::{Caller, Services, Target};
 use crate::config::{Config, LEGACY_VERSIONS};
 use crate::error::{error_body, Error};
@@ -41,6 +41,7 @@ use crate::front::legacy::Peeked;
 use crate::front::{MODERN_VERSION, SUPPORTED_VERSIONS};
 use crate::metrics::{MethodLabels, OpenedLabels, ReasonLabels};
 use crate::reply::{self, Body, Reply};
+use crate::upstream::answers::{foreign_message, mint_id};
 use crate::upstream::credentials::without_client_token;
 use crate::upstream::{PostError, Transport, ACCEPT_BOTH};
 use question::{Answer, QuestionId, Rounds};
@@ -212,6 +213,7 @@ impl Bridge {
             Box::new((place, hold)),
         );
         relay.rewrite = Some(Box::new(listen_event));
+        relay.answering = Some(Answering { ids: vec![json!("listen")], upstream: upstream.clone() });
         Ok(relay.response(None))
     }
 
@@ -282,7 +284,9 @@ impl Bridge {
             "io.modelcontextprotocol/clientCapabilities": {},
             "io.modelcontextprotocol/clientInfo": {"name": "sessionless", "version": env!("CARGO_PKG_VERSION")},
         });
-        let body = json!({"jsonrpc": "2.0", "id": 0, "method": "server/discover", "params": {"_meta": meta}});
+        let sent = json!(mint_id());
+        let body =
+            json!({"jsonrpc": "2.0", "id": sent, "method": "server/discover", "params": {"_meta": meta}});
         let body = serde_json::to_vec(&body).expect("serialises");
         let headers = call_headers("server/discover", None, &[]);
         let (headers, body) = (&headers, &body);
@@ -291,7 +295,7 @@ impl Bridge {
         let (resp, upstream) = target.on_instance(send, |e| *e == PostError::NotSent).await;
         let resp = resp.map_err(|e| crate::upstream::map_post_error(e, false))?;
         let deadline = tokio::time::Instant::now() + route.upstream.response_timeout;
-        let msg = read_message(upstream, resp, None, deadline).await.map_err(|stop| match stop {
+        let msg = read_message(upstream, resp, &sent, None, deadline).await.map_err(|stop| match stop {
             Stop::Error(_) | Stop::Gone => Error::UpstreamInvalid("discover"),
         })?;
         let result = msg.get("result").filter(|r| r.is_object()).ok_or(Error::UpstreamInvalid("discover"))?;
@@ -387,7 +391,10 @@ impl Bridge {
         let deadline = tokio::time::Instant::now() + route.upstream.call_timeout;
         let mut pinned: Option<&Transport> = None;
         for _ in 0..MAX_ROUNDS {
-            let body = json!({"jsonrpc": "2.0", "id": req.id, "method": method, "params": params});
+            // The upstream sees an id of the gateway's own (random): the
+            // client's is predictable, and a connection is shared by callers.
+            let sent = json!(mint_id());
+            let body = json!({"jsonrpc": "2.0", "id": sent, "method": method, "params": params});
             let body = serde_json::to_vec(&body).expect("serialises");
             let (resp, upstream) = match pinned {
                 // A retry goes to the instance that asked.
@@ -407,7 +414,7 @@ impl Bridge {
                 }
             };
             let resp = resp.map_err(|e| crate::upstream::map_post_error(e, true))?;
-            let msg = read_message(upstream, resp, Some(reply), deadline).await?;
+            let msg = read_message(upstream, resp, &sent, Some(reply), deadline).await?;
             if let Some(error) = msg.get("error") {
                 return Err(Stop::Error(legacy_error(error)));
             }
@@ -502,12 +509,13 @@ impl Bridge {
             if let Some(c) = cursor {
                 params["cursor"] = c;
             }
-            let body = json!({"jsonrpc": "2.0", "id": 0, "method": "tools/list", "params": params});
+            let sent = json!(mint_id());
+            let body = json!({"jsonrpc": "2.0", "id": sent, "method": "tools/list", "params": params});
             let body = serde_json::to_vec(&body).expect("serialises");
             let upstream = target.pick();
             let resp =
                 without_client_token(upstream.send_headers_again("POST", headers, &body)).await.ok()?;
-            let msg = read_message(upstream, resp, None, deadline).await.ok()?;
+            let msg = read_message(upstream, resp, &sent, None, deadline).await.ok()?;
             match msg.get("result") {
                 Some(Value::Object(result)) => Some(result.clone()),
                 _ => None,
@@ -756,6 +764,7 @@ fn call_headers<'a>(
 async fn read_message(
     upstream: &Transport,
     resp: crate::upstream::h1::Response,
+    sent: &Value,
     mut reply: Option<&mut Reply>,
     deadline: tokio::time::Instant,
 ) -> Result<Value, Stop> {
@@ -792,7 +801,7 @@ async fn read_message(
             let is_answer =
                 msg.get("id").is_some() && (msg.get("result").is_some() || msg.get("error").is_some());
             if is_answer {
-                return Ok(msg);
+                return answer_to(upstream, sent, msg);
             }
             // Notifications (progress, log messages) go on to the client.
             if msg.get("method").is_some() && msg.get("id").is_none() {
@@ -827,6 +836,16 @@ async fn read_message(
     };
     if msg.get("result").is_none() && msg.get("error").is_none() {
         return Err(Error::UpstreamInvalid("not a JSON-RPC answer").into());
+    }
+    answer_to(upstream, sent, msg)
+}
+
+/// `msg`, a response, if it answers the request `sent`; never delivered
+/// otherwise, and the upstream's idle connections are dropped.
+fn answer_to(upstream: &Transport, sent: &Value, msg: Value) -> Result<Value, Stop> {
+    if foreign_message(&msg, std::slice::from_ref(sent)) {
+        upstream.distrust();
+        return Err(Error::UpstreamInvalid("an answer to another request").into());
     }
     Ok(msg)
 }

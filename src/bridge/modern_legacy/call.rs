@@ -157,7 +157,7 @@ pub async fn read_answer(
 ) -> (Done, Option<Streams>) {
     let msg = match answer {
         UpReply::Result { id, result } if id == flight.upstream_id => return (Done::Raw(result), None),
-        UpReply::Result { id, result } => crate::upstream::transport::result_message(id, &result),
+        UpReply::Result { .. } => return (foreign(&flight.session.transport), None),
         UpReply::Json(msg) => msg,
         UpReply::Accepted => return (Done::Failed(Error::UpstreamInvalid("202 to a request")), None),
         UpReply::Stream(post) => {
@@ -166,9 +166,15 @@ pub async fn read_answer(
             return (done, Some(streams));
         }
     };
-    let done = json_answer(msg, flight.upstream_id)
-        .unwrap_or(Done::Failed(Error::UpstreamInvalid("unexpected JSON answer")));
+    let done = json_answer(msg, flight.upstream_id).unwrap_or_else(|| foreign(&flight.session.transport));
     (done, None)
+}
+
+/// A whole answer that holds no response to the request sent: never
+/// delivered, and the connection that carried it is not used again.
+fn foreign(transport: &crate::upstream::Transport) -> Done {
+    transport.distrust();
+    Done::Failed(Error::UpstreamInvalid("an answer to another request"))
 }
 
 /// A whole-JSON answer: one message, or a 2025-03-26 batch holding the response.
@@ -189,12 +195,15 @@ fn json_answer(msg: Value, id: u64) -> Option<Done> {
 }
 
 /// The outcome if `msg` is the response to request `id`. Some servers answer
-/// malformed requests with a non-matching id (e.g. "server-error"): an error
-/// object arriving as the whole JSON answer is taken as this request's.
+/// a request they could not read with an error of no id (null, or the Python
+/// SDK's "server-error"): taken as this request's. An error with another id
+/// answers another request: never this one's.
 fn response_of(msg: &Value, id: u64) -> Option<Done> {
     let is_ours = msg.get("id").and_then(Value::as_u64) == Some(id);
     if let Some(err) = msg.get("error") {
-        return (is_ours || msg.get("method").is_none()).then(|| Done::Failed(super::translate::error(err)));
+        let about_this = is_ours || crate::upstream::answers::unaddressed(msg.get("id"));
+        return (about_this && msg.get("method").is_none())
+            .then(|| Done::Failed(super::translate::error(err)));
     }
     if !is_ours {
         return None;
@@ -433,10 +442,11 @@ pub async fn simple_request(
             .await
             .map_err(|e| super::map_post_error(e, true))?;
         let done = match answer {
-            UpReply::Json(msg) => json_answer(msg, id),
-            UpReply::Result { id: got, result } => {
+            UpReply::Json(msg) => Some(json_answer(msg, id).unwrap_or_else(|| foreign(&session.transport))),
+            UpReply::Result { id: got, result } if got == id => {
                 json_answer(crate::upstream::transport::result_message(got, &result), id)
             }
+            UpReply::Result { .. } => Some(foreign(&session.transport)),
             UpReply::Accepted => None,
             UpReply::Stream(mut stream) => loop {
                 let msg = stream.next().await.map_err(|_| Error::OutcomeUnknown)?;

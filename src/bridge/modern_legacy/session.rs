@@ -1,7 +1,7 @@
 //! One legacy upstream session: the `initialize` handshake, its negotiated
 //! version and `InitializeResult`, and the ids the gateway mints on it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
@@ -32,7 +32,6 @@ pub struct Session {
     pub init: Arc<Value>,
     /// `init.serverInfo` as JSON text, added to every result.
     pub server_info: Option<String>,
-    next_id: AtomicU64,
     /// Milliseconds since the pool's epoch when last handed out.
     pub last_used: AtomicU64,
 }
@@ -52,9 +51,10 @@ pub enum InitError {
 }
 
 impl Session {
-    /// A fresh JSON-RPC id for a request the gateway sends on this session.
+    /// A fresh JSON-RPC id for a request the gateway sends on this session:
+    /// random, so that no answer can be aimed at the next one.
     pub fn mint_id(&self) -> u64 {
-        self.next_id.fetch_add(1, Ordering::Relaxed)
+        crate::upstream::answers::mint_id()
     }
 
     /// A session opened by someone else (another replica), known from a sealed
@@ -66,8 +66,6 @@ impl Session {
             wire,
             server_info: server_info(&init),
             init,
-            // Far from the ids the owner minted on the same upstream session.
-            next_id: AtomicU64::new(1 << 40),
             last_used: AtomicU64::new(0),
         }
     }
@@ -99,6 +97,10 @@ impl Session {
             },
             Reply::Accepted => return Err(InitError::Refused("202 to initialize")),
         };
+        if response.get("result").is_some() && response.get("id") != Some(&json!(0)) {
+            transport.distrust();
+            return Err(InitError::Refused("an answer to another request"));
+        }
         let Some(result) = response.get("result").filter(|r| r.is_object()) else {
             return Err(InitError::Refused("initialize failed"));
         };
@@ -120,7 +122,6 @@ impl Session {
             wire,
             server_info: server_info(result),
             init: Arc::new(result.clone()),
-            next_id: AtomicU64::new(1),
             last_used: AtomicU64::new(now_ms),
         })
     }

@@ -20,13 +20,14 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 use serde_json::Value;
 
-use super::relay::{self, Relay};
+use super::relay::{self, Answering, Relay};
 use super::{Caller, Services, Target};
 use crate::error::{error_body, Error};
 use crate::front::{Call, SUPPORTED_VERSIONS};
 use crate::metrics::ReasonLabels;
 use crate::reply::{self, Body};
 use crate::seal::Sealer;
+use crate::upstream::answers::{judge, Verdict};
 use crate::upstream::{h1, PostError, Transport, ACCEPT_BOTH};
 use envelope::{Expect, Rejected};
 
@@ -243,10 +244,11 @@ impl Bridge {
                 relay.deadline = Some(tokio::time::Instant::now() + target.route.upstream.call_timeout);
             }
             relay.id = Some(call.id.clone());
+            relay.answering = Some(Answering { ids: vec![call.id.clone()], upstream: upstream.clone() });
             relay.rewrite = Some(Box::new(move |data: &str| binding.rewrite(data)));
             return Ok(relay.response(None));
         }
-        self.json_answer(upstream, resp, &binding).await
+        self.json_answer(upstream, resp, &call.id, &binding).await
     }
 
     /// A JSON answer: passed as it is when it is a JSON-RPC message (any
@@ -255,6 +257,7 @@ impl Bridge {
         &self,
         upstream: &Transport,
         resp: h1::Response,
+        sent: &Value,
         binding: &Binding,
     ) -> Result<Response<Body>, Error> {
         let status = StatusCode::from_u16(resp.status).unwrap_or(StatusCode::BAD_GATEWAY);
@@ -270,8 +273,13 @@ impl Bridge {
         let invalid =
             || Error::UpstreamInvalid(if status.is_success() { "content type" } else { "error status" });
         let text = std::str::from_utf8(&body).map_err(|_| invalid())?;
-        if !json || !relay::is_json_message(&body) {
-            return Err(invalid());
+        match if json { judge(&body, std::slice::from_ref(sent)) } else { Verdict::NotJson } {
+            Verdict::Fine => {}
+            Verdict::NotJson => return Err(invalid()),
+            Verdict::Foreign => {
+                upstream.distrust();
+                return Err(Error::UpstreamInvalid("an answer to another request"));
+            }
         }
         let body = match binding.rewrite(text).map_err(|()| invalid())? {
             Some(sealed) => Bytes::from(sealed),

@@ -136,6 +136,8 @@ async fn content_length_response_and_connection_reuse() {
         assert_eq!(body_of(r).await.unwrap(), "{\"a\":1}");
         assert_eq!(c.idle(), 1, "the connection went back to the pool");
     }
+    c.forget_idle();
+    assert_eq!(c.idle(), 0, "a distrusted upstream's idle connections are dropped");
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len(), 2, "both requests on one connection");
     assert!(seen[0].starts_with("POST /mcp?x=1 HTTP/1.1\r\nhost: 127.0.0.1:"), "{}", seen[0]);
