@@ -37,6 +37,30 @@ pub enum Source {
     Gateway,
 }
 
+/// A rate limit's refusal, as the client is told it (`crate::ratelimit`
+/// makes it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limited {
+    /// Which limit: a bounded label (`principal`, `tool`, `overflow`).
+    pub limit: &'static str,
+    /// What it limits, in words.
+    pub what: &'static str,
+    /// `Retry-After`: whole seconds, at least one.
+    pub retry_after_secs: u64,
+}
+
+/// Why a paused call could not be parked (`crate::park`), so its question
+/// was declined upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Declined {
+    /// The lot holds its cap.
+    Full,
+    /// This principal holds its share.
+    PrincipalFull,
+    /// Shutting down.
+    Closed,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("method not allowed")]
@@ -95,7 +119,7 @@ pub enum Error {
     Overloaded,
     /// A rate limit of the route refused the caller (`crate::ratelimit`).
     #[error("rate limited")]
-    RateLimited(crate::ratelimit::Refused),
+    RateLimited(Limited),
     /// The upstream has as many requests in flight as it may.
     #[error("upstream busy")]
     UpstreamBusy,
@@ -106,7 +130,7 @@ pub enum Error {
     /// The call ran and asked a question that could not be paused: it was
     /// declined upstream on the client's behalf.
     #[error("too many paused calls: the question was declined")]
-    QuestionDeclined(crate::park::Refused),
+    QuestionDeclined(Declined),
     /// The caller holds as many upstream sessions as it may, all busy.
     #[error("too many upstream sessions for this caller")]
     TooManySessions,
@@ -167,7 +191,7 @@ impl Error {
     /// Seconds to put in `Retry-After` when it is not the default one second.
     pub fn retry_after(&self) -> Option<u64> {
         match self {
-            Error::RateLimited(refused) => Some(refused.retry_after_secs()),
+            Error::RateLimited(limited) => Some(limited.retry_after_secs),
             _ => None,
         }
     }
@@ -243,7 +267,7 @@ impl Error {
             UpstreamBusy | CircuitOpen => StatusCode::SERVICE_UNAVAILABLE,
             SessionRequired => StatusCode::BAD_REQUEST,
             SessionNotFound => StatusCode::NOT_FOUND,
-            QuestionDeclined(crate::park::Refused::PrincipalFull)
+            QuestionDeclined(Declined::PrincipalFull)
             | TooManySessions
             | TooManyNewSessions
             | TooManyStreams => StatusCode::TOO_MANY_REQUESTS,
@@ -312,15 +336,11 @@ impl Error {
                 "Gateway overloaded, retry later".into(),
                 Some(json!({"reason": "overloaded"})),
             ),
-            RateLimited(refused) => (
+            RateLimited(limited) => (
                 code::RATE_LIMITED,
-                format!(
-                    "Rate limit exceeded: {}; retry after {} s",
-                    refused.kind.describe(),
-                    refused.retry_after_secs()
-                ),
-                Some(json!({"reason": "rate_limited", "limit": refused.kind.label(),
-                    "retryAfter": refused.retry_after_secs()})),
+                format!("Rate limit exceeded: {}; retry after {} s", limited.what, limited.retry_after_secs),
+                Some(json!({"reason": "rate_limited", "limit": limited.limit,
+                    "retryAfter": limited.retry_after_secs})),
             ),
             UpstreamBusy => (
                 code::OVERLOADED,
@@ -338,16 +358,16 @@ impl Error {
             QuestionDeclined(why) => (
                 code::OVERLOADED,
                 match why {
-                    crate::park::Refused::PrincipalFull => {
+                    Declined::PrincipalFull => {
                         "The call ran and asked for input, but this caller already has as many paused \
                          calls as it may; the gateway declined the question on the caller's behalf. \
                          Finish or abandon paused calls, then call again."
                     }
-                    crate::park::Refused::Full => {
+                    Declined::Full => {
                         "The call ran and asked for input, but the gateway holds as many paused calls \
                          as it may; it declined the question on the caller's behalf. Call again later."
                     }
-                    crate::park::Refused::Closed => {
+                    Declined::Closed => {
                         "The call ran and asked for input while the gateway was shutting down; it \
                          declined the question on the caller's behalf. Call again."
                     }

@@ -26,6 +26,7 @@ pub mod seal;
 pub mod server;
 pub mod tls;
 pub mod upstream;
+pub mod versions;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -19,16 +19,8 @@ struct Entry<T> {
     value: T,
 }
 
-/// Why a flow could not be parked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refused {
-    /// The lot holds its cap.
-    Full,
-    /// This principal holds its share.
-    PrincipalFull,
-    /// Shutting down.
-    Closed,
-}
+/// Why a flow could not be parked (defined beside the error it becomes).
+pub use crate::error::Declined as Refused;
 
 /// The places every parking lot of the gateway draws from: one global cap
 /// and one share per principal, whichever cell parks (a shared service).

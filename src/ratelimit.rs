@@ -81,6 +81,16 @@ impl Refused {
     }
 }
 
+impl From<Refused> for crate::error::Error {
+    fn from(refused: Refused) -> Self {
+        crate::error::Error::RateLimited(crate::error::Limited {
+            limit: refused.kind.label(),
+            what: refused.kind.describe(),
+            retry_after_secs: refused.retry_after_secs(),
+        })
+    }
+}
+
 /// The limits of one route.
 pub struct RateLimits<C: Clock = DefaultClock> {
     route: Option<Limit<C>>,

@@ -162,7 +162,7 @@ fn json_bytes_response(status: StatusCode, body: Vec<u8>) -> Response<Body> {
 /// The JSON-RPC error answer for `err`, echoing `id` (null when unknown),
 /// with the `Retry-After` the error asks for.
 pub fn error(id: Option<&Value>, err: &crate::error::Error) -> Response<Body> {
-    let body = crate::error::error_body(id, err, crate::front::SUPPORTED_VERSIONS);
+    let body = crate::error::error_body(id, err, crate::versions::SUPPORTED);
     let mut resp = json_response(err.status(), &body);
     if let Some(seconds) = err.retry_after() {
         resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));

@@ -180,7 +180,7 @@ impl Target {
             _ => None,
         };
         for ask in asks.iter().filter(|a| !a.resumes) {
-            self.limits.check(principal, ask.tool).map_err(Error::RateLimited)?;
+            self.limits.check(principal, ask.tool)?;
         }
         Ok(Admitted { _slot: slot })
     }

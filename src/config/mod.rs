@@ -18,7 +18,7 @@ pub use outside::{Need, Outside, Source};
 pub use raw::RawConfig;
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
-pub const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
+pub use crate::versions::LEGACY as LEGACY_VERSIONS;
 
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]

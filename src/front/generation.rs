@@ -28,7 +28,7 @@ impl Generation {
 }
 
 /// The session-era revisions a client may name in `MCP-Protocol-Version`.
-pub const LEGACY_VERSIONS: &[&str] = &["2025-03-26", "2025-06-18", "2025-11-25"];
+pub use crate::versions::LEGACY as LEGACY_VERSIONS;
 
 /// What the headers alone say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,10 +14,9 @@ use serde_json::{Map, Value};
 use crate::error::Error;
 pub use meta::{LogLevel, Meta};
 
-/// The protocol revision this front door speaks.
-pub const MODERN_VERSION: &str = "2026-07-28";
-/// Versions a client may request, newest first.
-pub const SUPPORTED_VERSIONS: &[&str] = &[MODERN_VERSION];
+/// The protocol revision this front door speaks, and the ones a client may
+/// request (newest first), from the one table of revisions.
+pub use crate::versions::{MODERN as MODERN_VERSION, SUPPORTED as SUPPORTED_VERSIONS};
 
 /// The 2026-07-28 client requests the gateway serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

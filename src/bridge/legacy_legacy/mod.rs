@@ -71,14 +71,7 @@ impl Drop for Streaming {
     }
 }
 
-/// The versions a client may ask for at `initialize`, as a bounded label.
-pub(super) fn version_label(requested: Option<&str>) -> &'static str {
-    const KNOWN: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"];
-    match requested {
-        None => "none",
-        Some(v) => KNOWN.iter().find(|k| **k == v).copied().unwrap_or("other"),
-    }
-}
+pub(super) use crate::versions::label as version_label;
 
 impl Bridge {
     pub fn new(config: &Config, services: Arc<Services>) -> Bridge {

@@ -10,9 +10,11 @@ use std::task::{Context, Poll};
 use bytes::{Buf, Bytes, BytesMut};
 use hyper::body::{Frame, SizeHint};
 
-use super::head::MAX_HEADERS;
 use super::{Conn, Shared};
 
+/// Most fields in a chunked body's trailer section (and in a response head,
+/// which [`super::head`] reads with the same cap).
+pub(super) const MAX_HEADERS: usize = 64;
 /// Longest chunk-size line, extensions and CRLF included.
 pub(super) const MAX_SIZE_LINE: usize = 4 * 1024;
 /// Chunk-extension bytes per body (hyper's cap).

@@ -8,13 +8,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::body::{Body, Framing};
+use super::body::{Body, Framing, MAX_HEADERS};
 use super::{Conn, Error, Shared};
 
 /// Largest response head accepted.
 pub(super) const MAX_HEAD: usize = 64 * 1024;
-/// Most fields in a head (and in a chunked body's trailer section).
-pub(super) const MAX_HEADERS: usize = 64;
 /// Most interim (1xx) responses skipped before the final one.
 pub(super) const MAX_INTERIM: usize = 16;
 

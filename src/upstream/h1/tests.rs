@@ -1,4 +1,5 @@
-use super::head::{MAX_HEAD, MAX_HEADERS};
+use super::body::MAX_HEADERS;
+use super::head::MAX_HEAD;
 use super::*;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
