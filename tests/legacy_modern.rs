@@ -146,6 +146,28 @@ async fn a_client_without_the_capability_gets_a_clear_error() {
 }
 
 #[tokio::test]
+async fn a_legacy_client_never_gets_a_code_of_the_2026_reserved_range() {
+    let up = support::modern::ModernUpstream::start().await;
+    let gw = Gateway::start_auto(&up.url).await;
+    let client = Legacy::new(&gw);
+    let session = client.open().await;
+    let needs = json!({"requiredCapabilities": {"sampling": {}}});
+    for (code, data, expected) in [
+        (-32021, needs.clone(), -32600),
+        (-32022, json!({"supported": ["2026-07-28"], "requested": "2026-07-28"}), -32603),
+        (-32042, json!({"elicitations": [{"mode": "url", "url": "https://x"}]}), -32603),
+        (-32050, Value::Null, -32603),
+        (-32002, Value::Null, -32002),
+    ] {
+        let args = json!({"code": code, "message": "as told", "data": data, "status": 400});
+        let reply = client.post(Some(&session), call(json!(code), "fail", args)).await;
+        assert_eq!(reply.status, 200, "inside a live session: {}", reply.raw);
+        assert_eq!(reply.error_code(), Some(expected), "{code}: {}", reply.raw);
+        assert_eq!(reply.body["error"]["data"], data, "data kept: {}", reply.raw);
+    }
+}
+
+#[tokio::test]
 async fn an_answer_reaching_another_replica_is_forwarded_to_the_one_holding_the_stream() {
     let upstream = modern_only().await;
     let env = ClusterEnv::new("legacy-modern");

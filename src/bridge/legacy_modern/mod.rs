@@ -940,15 +940,20 @@ fn strip_modern(result: &mut Map<String, Value>) {
 }
 
 /// An upstream JSON-RPC error as a legacy client reads it: the 2026-only
-/// codes become the closest legacy ones, data kept.
+/// codes become the closest legacy ones, data kept. A 2025 client knows no
+/// code of the spec's reserved -32020..-32099 but -32042, which 2026-07-28
+/// forbids (a 2025-11-25 client would take it for a URL elicitation it was
+/// never asked): the rest of the range is an internal error, as on the
+/// modern path.
 fn legacy_error(error: &Value) -> Value {
     let mut error = error.clone();
     let code = error.get("code").and_then(Value::as_i64).unwrap_or(-32603);
     let mapped = match code {
         // Missing client capability: the request cannot be served as sent.
         -32021 => -32600,
-        // Header or version trouble is the gateway's, not the client's.
-        -32020 | -32022 => -32603,
+        // Header or version trouble is the gateway's, not the client's;
+        // anything else of the range is undefined.
+        -32099..=-32020 => -32603,
         c => c,
     };
     error["code"] = json!(mapped);
@@ -1003,3 +1008,6 @@ async fn fail(reply: Reply, id: Option<&Value>, e: &Error) -> &'static str {
     let _ = reply.relay(resp);
     e.reason()
 }
+
+#[cfg(test)]
+mod tests;
