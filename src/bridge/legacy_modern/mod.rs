@@ -130,8 +130,8 @@ impl Bridge {
             "response" => {
                 // An answer to a question pushed on some replica's stream.
                 match self.session(target, caller) {
-                    Ok(_) => {
-                        self.answer(target, caller).await;
+                    Ok(claims) => {
+                        self.answer(target, caller, &claims).await;
                         accepted(reply)
                     }
                     Err(e) => fail(reply, None, &e).await,
@@ -246,6 +246,7 @@ impl Bridge {
         let translated = Translated {
             c: client_capabilities(params.get("capabilities"))?,
             ci: client_info(params.get("clientInfo")),
+            s: Some(super::random_id()),
         };
         let now = crate::seal::unix_now();
         let claims = Claims {
@@ -528,6 +529,7 @@ impl Bridge {
     ) -> Result<Map<String, Value>, Stop> {
         let route = &target.route.id;
         let translated = claims.t.as_ref().expect("a translated session");
+        let session = session_of(claims, caller);
         let version = claims.v.as_deref().unwrap_or(LEGACY_VERSIONS[0]);
         for request in requests.values() {
             if let Some(missing) = missing_capability(&translated.c, request) {
@@ -568,6 +570,7 @@ impl Bridge {
                     k: key.clone(),
                     r: route.clone(),
                     p: caller.principal.clone(),
+                    s: session.clone(),
                     exp,
                 },
             );
@@ -632,12 +635,18 @@ impl Bridge {
         Ok(answers)
     }
 
-    /// A client's answer to a pushed question: delivered to the round
-    /// waiting here, or forwarded to the replica holding it.
-    async fn answer(&self, target: &Target, caller: &Caller) {
+    /// A client's answer to a pushed question, on the session it was pushed
+    /// on: delivered to the round waiting here, or forwarded (with the
+    /// session) to the replica holding it.
+    async fn answer(&self, target: &Target, caller: &Caller, claims: &Claims) {
         let Some((q, answer)) = self.open_answer(target, &caller.principal, &caller.body) else {
             return;
         };
+        let session = session_of(claims, caller);
+        if !q.asked_on(Some(&session)) {
+            self.other_session(target);
+            return;
+        }
         if q.o == self.services.instance {
             self.delivered(target, &q, answer, "here");
             return;
@@ -647,17 +656,36 @@ impl Bridge {
             return;
         };
         let forwarded = cluster
-            .forward(owner, &target.route.id, &caller.principal, &caller.headers, caller.body.clone())
+            .forward(
+                owner,
+                &target.route.id,
+                &caller.principal,
+                Some(&session),
+                &caller.headers,
+                caller.body.clone(),
+            )
             .await;
         self.count_forwarded(target, if forwarded.is_ok() { "forwarded" } else { "owner_gone" });
     }
 
-    /// An answer forwarded by another replica (signed, principal checked):
-    /// whether it was one for a round of this cell (then it is taken).
-    pub fn take_forwarded(&self, target: &Target, principal: &str, body: &Bytes) -> bool {
+    /// An answer forwarded by another replica (signed, principal checked;
+    /// `session`, signed too, the one it was posted on): whether it was one
+    /// for a round of this cell (then it is taken, or refused when it was
+    /// not posted on the session the question was pushed on).
+    pub fn take_forwarded(
+        &self,
+        target: &Target,
+        principal: &str,
+        session: Option<&str>,
+        body: &Bytes,
+    ) -> bool {
         let Some((q, answer)) = self.open_answer(target, principal, body) else {
             return false;
         };
+        if !q.asked_on(session) {
+            self.other_session(target);
+            return true;
+        }
         if q.o == self.services.instance {
             self.delivered(target, &q, answer, "received");
         }
@@ -687,10 +715,29 @@ impl Bridge {
         self.count_forwarded(target, outcome);
     }
 
+    /// An answer to a question pushed on another session (of the same
+    /// principal: another's does not open), or forwarded without its session:
+    /// refused, counted and logged.
+    fn other_session(&self, target: &Target) {
+        self.count_forwarded(target, "other_session");
+        crate::log_limited!(
+            tracing::Level::WARN,
+            route = %target.route.id,
+            "refused an answer to a question pushed on another session"
+        );
+    }
+
     fn count_forwarded(&self, target: &Target, outcome: &'static str) {
         let labels = ReasonLabels { route: target.route.id.clone(), reason: outcome };
         self.services.metrics.answers_routed.get_or_create(&labels).inc();
     }
+}
+
+/// What tells the request's translated session from every other
+/// ([`Translated::session`]): its questions are bound to it.
+fn session_of(claims: &Claims, caller: &Caller) -> String {
+    let token = caller.headers.get(&crate::front::headers::SESSION_ID).and_then(|v| v.to_str().ok());
+    claims.t.as_ref().expect("a translated session").session(token.unwrap_or_default())
 }
 
 /// The listen filter for what the upstream announces (its discover
