@@ -29,6 +29,29 @@ pub mod code {
     pub const RATE_LIMITED: i64 = -31029;
 }
 
+/// The HTTP status 2026-07-28 gives one of its own errors, when `code` is
+/// one and `data` has its shape: -32020 (header mismatch; no data defined),
+/// -32021 (missing client capability: `data.requiredCapabilities` an
+/// object), -32022 (unsupported version: `data.supported` a list of strings,
+/// `data.requested` a string). Everything else in -32020..-32099 is
+/// reserved and undefined; -32042 is a 2025-11-25 code 2026-07-28 forbids.
+pub fn spec_error_status(code: i64, data: Option<&Value>) -> Option<StatusCode> {
+    let shaped = match code {
+        code::HEADER_MISMATCH => true,
+        code::MISSING_CAPABILITY => {
+            data.and_then(|d| d.get("requiredCapabilities")).is_some_and(Value::is_object)
+        }
+        code::UNSUPPORTED_VERSION => {
+            let supported = data.and_then(|d| d.get("supported")).and_then(Value::as_array);
+            let requested = data.and_then(|d| d.get("requested"));
+            supported.is_some_and(|s| s.iter().all(Value::is_string))
+                && requested.is_some_and(Value::is_string)
+        }
+        _ => false,
+    };
+    shaped.then_some(StatusCode::BAD_REQUEST)
+}
+
 /// Who caused an error: feeds metrics and retry decisions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
@@ -253,7 +276,8 @@ impl Error {
             UnsupportedVersion { .. } | MissingCapability(_) => StatusCode::BAD_REQUEST,
             MethodNotFound(_) => StatusCode::NOT_FOUND,
             Upstream { code, .. } if *code == code::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
-            Upstream { .. } => StatusCode::OK,
+            // A 2026-07-28 error passed on in its shape has that revision's status.
+            Upstream { code, data, .. } => spec_error_status(*code, data.as_ref()).unwrap_or(StatusCode::OK),
             UpstreamUnreachable | UpstreamRefused | UpstreamInvalid(_) | UpstreamTooLarge
             | OutcomeUnknown => StatusCode::BAD_GATEWAY,
             UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
@@ -452,6 +476,29 @@ mod tests {
         let up = Error::Upstream { code: -32601, message: "nope".into(), data: None };
         assert_eq!(up.status(), 404);
         let up = Error::Upstream { code: -32602, message: "bad".into(), data: None };
+        assert_eq!(up.status(), 200);
+    }
+
+    #[test]
+    fn spec_errors_are_known_by_code_and_shape() {
+        let caps = json!({"requiredCapabilities": {"elicitation": {}}});
+        assert_eq!(spec_error_status(-32021, Some(&caps)), Some(StatusCode::BAD_REQUEST));
+        for bad in [json!({"requiredCapabilities": "elicitation"}), json!({}), json!([1]), json!("x")] {
+            assert_eq!(spec_error_status(-32021, Some(&bad)), None, "{bad}");
+        }
+        assert_eq!(spec_error_status(-32021, None), None);
+        assert_eq!(spec_error_status(-32020, None), Some(StatusCode::BAD_REQUEST));
+        let version = json!({"supported": ["2026-07-28"], "requested": "1900-01-01"});
+        assert_eq!(spec_error_status(-32022, Some(&version)), Some(StatusCode::BAD_REQUEST));
+        for bad in [json!({"supported": ["2026-07-28"]}), json!({"supported": [1], "requested": "x"})] {
+            assert_eq!(spec_error_status(-32022, Some(&bad)), None, "{bad}");
+        }
+        for undefined in [-32042, -32023, -32099, -32002, -32603] {
+            assert_eq!(spec_error_status(undefined, Some(&caps)), None, "{undefined}");
+        }
+        let up = Error::Upstream { code: -32021, message: "m".into(), data: Some(caps) };
+        assert_eq!(up.status(), 400);
+        let up = Error::Upstream { code: -32021, message: "m".into(), data: Some(json!(1)) };
         assert_eq!(up.status(), 200);
     }
 

@@ -561,7 +561,7 @@ impl Gateway {
             return Ok(gate.refuse(cluster::Refused::NotARetry));
         }
         // A legacy client's answer to a question pushed on a stream here.
-        if self.legacy_modern.take_forwarded(&target, &head.principal, &body) {
+        if self.legacy_modern.take_forwarded(&target, &head.principal, head.session.as_deref(), &body) {
             return Ok(reply::empty(StatusCode::ACCEPTED));
         }
         let Ok(Message::Call(call)) = front::parse(&headers, &body) else {

@@ -198,6 +198,42 @@ async fn resource_not_found_maps_to_invalid_params() {
 }
 
 #[tokio::test]
+async fn a_missing_capability_error_in_its_shape_reaches_the_client_with_its_code_data_and_status() {
+    let needs = json!({"requiredCapabilities": {"sampling": {}}});
+    let up = FakeUpstream::new()
+        .on("tools/call", Answer::ErrorData(-32021, "This tool samples".into(), needs.clone()))
+        .on("prompts/get", Answer::Sse(vec![Step::error_data(-32021, "This prompt samples", needs.clone())]))
+        .start()
+        .await;
+    let gw = Gateway::start(up.url()).await;
+
+    let reply = gw.request("tools/call").id(json!(31)).params(json!({"name": "summarise"})).send().await;
+    reply.assert_error(400, -32021, &json!(31));
+    assert_eq!(reply.body["error"]["message"], "This tool samples");
+    assert_eq!(reply.body["error"]["data"], needs);
+    // The same on the upstream's SSE answer.
+    let reply = gw.request("prompts/get").id(json!(32)).params(json!({"name": "p"})).send().await;
+    reply.assert_error(400, -32021, &json!(32));
+    assert_eq!(reply.body["error"]["data"], needs);
+}
+
+#[tokio::test]
+async fn a_missing_capability_error_out_of_shape_is_an_internal_error_as_before() {
+    let up = FakeUpstream::new()
+        .on("tools/call", Answer::ErrorData(-32021, "needs sampling".into(), json!("sampling")))
+        .on("prompts/get", Answer::Error(-32021, "needs something".into()))
+        .start()
+        .await;
+    let gw = Gateway::start(up.url()).await;
+
+    let reply = gw.request("tools/call").id(json!(33)).params(json!({"name": "summarise"})).send().await;
+    reply.assert_error(200, -32603, &json!(33));
+    assert_eq!(reply.body["error"]["data"], "sampling", "data kept: {}", reply.raw);
+    let reply = gw.request("prompts/get").id(json!(34)).params(json!({"name": "p"})).send().await;
+    reply.assert_error(200, -32603, &json!(34));
+}
+
+#[tokio::test]
 async fn upstream_method_not_found_is_a_404() {
     // The fake answers methods it has no script for with -32601.
     let up = FakeUpstream::new().start().await;

@@ -67,6 +67,25 @@ async fn the_upstream_state_travels_sealed_and_comes_back_byte_for_byte() {
 }
 
 #[tokio::test]
+async fn a_modern_upstreams_own_errors_pass_with_their_code_data_and_status() {
+    let up = ModernUpstream::start().await;
+    let gw = Gateway::start_auto(&up.url).await;
+    let needs = json!({"requiredCapabilities": {"sampling": {}}});
+    let fail = |id: i64, code: i64, data: &serde_json::Value| {
+        gw.request("tools/call").id(json!(id)).params(json!({"name": "fail", "arguments": {
+            "code": code, "message": "as told", "data": data, "status": 400}}))
+    };
+
+    let reply = fail(1, -32021, &needs).send().await;
+    reply.assert_error(400, -32021, &json!(1));
+    assert_eq!(reply.body["error"]["data"], needs);
+    let version = json!({"supported": ["2026-07-28"], "requested": "2026-07-28"});
+    let reply = fail(2, -32022, &version).send().await;
+    reply.assert_error(400, -32022, &json!(2));
+    assert_eq!(reply.body["error"]["data"], version);
+}
+
+#[tokio::test]
 async fn a_legacy_upstream_is_found_legacy_with_one_probe() {
     // The fake answers a request without a session 400, as mcp 1.x does.
     let up = FakeUpstream::new().on("tools/call", Answer::Result(json!({"content": []}))).start().await;

@@ -7,7 +7,7 @@ mod support;
 
 use serde_json::{json, Value};
 use sessionless::demo::Generation as DemoGeneration;
-use support::cluster::{ClusterEnv, Replica};
+use support::cluster::{ClusterEnv, Internal, Replica};
 use support::legacy::{Legacy, LEGACY};
 use support::Gateway;
 
@@ -126,6 +126,44 @@ async fn a_question_is_pushed_on_the_stream_and_the_answer_goes_back_upstream() 
 }
 
 #[tokio::test]
+async fn an_answer_on_another_session_of_the_same_principal_is_refused() {
+    let up = support::modern::ModernUpstream::start().await;
+    let gw = Gateway::start_auto(&up.url).await;
+    let client = Legacy::new(&gw);
+    let (session_a, session_b) = (client.open().await, client.open().await);
+    assert_ne!(session_a, session_b);
+
+    let mut events = client.stream(&session_a, call(json!("ask"), "ask", json!({}))).await;
+    let question = events.next().await.expect("a question");
+    assert_eq!(question["method"], "elicitation/create", "{question}");
+    let answer = |name: &str| {
+        json!({"jsonrpc": "2.0", "id": question["id"],
+            "result": {"action": "accept", "content": {"name": name}}})
+        .to_string()
+    };
+    let refused = client.post(Some(&session_b), answer("from B")).await;
+    assert_eq!(refused.status, 202, "{}", refused.raw);
+    let routed = |reason: &str| {
+        format!("sessionless_legacy_answers_routed_total{{route=\"/mcp\",reason=\"{reason}\"}} 1")
+    };
+    let (_, metrics) = gw.get("/metrics").await;
+    assert!(metrics.contains(&routed("other_session")), "{metrics}");
+    assert!(!metrics.contains("reason=\"here\""), "nothing delivered: {metrics}");
+
+    let taken = client.post(Some(&session_a), answer("from A")).await;
+    assert_eq!(taken.status, 202, "{}", taken.raw);
+    let done = events.next().await.expect("the result");
+    assert_eq!(done["id"], "ask", "{done}");
+    assert!(done["result"]["content"].is_array(), "{done}");
+    let retries: Vec<_> =
+        up.calls().into_iter().filter(|c| !c.body["params"]["inputResponses"].is_null()).collect();
+    assert_eq!(retries.len(), 1, "one retry upstream");
+    assert_eq!(retries[0].body["params"]["inputResponses"]["name"]["content"]["name"], "from A");
+    let (_, metrics) = gw.get("/metrics").await;
+    assert!(metrics.contains(&routed("here")), "{metrics}");
+}
+
+#[tokio::test]
 async fn a_client_without_the_capability_gets_a_clear_error() {
     let gw = Gateway::start_auto(&modern_only().await).await;
     let client = Legacy::new(&gw);
@@ -143,6 +181,28 @@ async fn a_client_without_the_capability_gets_a_clear_error() {
         "{}",
         asked.raw
     );
+}
+
+#[tokio::test]
+async fn a_legacy_client_never_gets_a_code_of_the_2026_reserved_range() {
+    let up = support::modern::ModernUpstream::start().await;
+    let gw = Gateway::start_auto(&up.url).await;
+    let client = Legacy::new(&gw);
+    let session = client.open().await;
+    let needs = json!({"requiredCapabilities": {"sampling": {}}});
+    for (code, data, expected) in [
+        (-32021, needs.clone(), -32600),
+        (-32022, json!({"supported": ["2026-07-28"], "requested": "2026-07-28"}), -32603),
+        (-32042, json!({"elicitations": [{"mode": "url", "url": "https://x"}]}), -32603),
+        (-32050, Value::Null, -32603),
+        (-32002, Value::Null, -32002),
+    ] {
+        let args = json!({"code": code, "message": "as told", "data": data, "status": 400});
+        let reply = client.post(Some(&session), call(json!(code), "fail", args)).await;
+        assert_eq!(reply.status, 200, "inside a live session: {}", reply.raw);
+        assert_eq!(reply.error_code(), Some(expected), "{code}: {}", reply.raw);
+        assert_eq!(reply.body["error"]["data"], data, "data kept: {}", reply.raw);
+    }
 }
 
 #[tokio::test]
@@ -167,11 +227,27 @@ async fn an_answer_reaching_another_replica_is_forwarded_to_the_one_holding_the_
     let question = events.next().await.expect("a question");
     let answer = json!({"jsonrpc": "2.0", "id": question["id"],
         "result": {"action": "accept", "content": {"answer": "Lyon"}}});
+    let routed = "sessionless_legacy_answers_routed_total";
+
+    // Posted on another session of the same caller: refused where it lands.
+    let other = on_b.open().await;
+    let wrong = json!({"jsonrpc": "2.0", "id": question["id"],
+        "result": {"action": "accept", "content": {"answer": "Oslo"}}});
+    assert_eq!(on_b.post(Some(&other), wrong.to_string()).await.status, 202);
+    assert_eq!(b.metric_where(routed, r#"reason="other_session""#).await, 1.0);
+    assert_eq!(b.metric_where(routed, r#"reason="forwarded""#).await, 0.0, "not forwarded");
+    // Forwarded (signed) without its session, or with another: refused by the owner.
+    for session in [None, Some("not-the-session".to_string())] {
+        let forwarded = Internal { session, ..Internal::answer(&a, &wrong) };
+        let reply = a.raw(forwarded.request(Some(&forwarded.signature(&env.secret)))).await;
+        assert_eq!(reply.status, 202, "{}", reply.raw);
+    }
+    assert_eq!(a.metric_where(routed, r#"reason="other_session""#).await, 2.0);
+
     let taken = on_b.post(Some(&session), answer.to_string()).await;
     assert_eq!(taken.status, 202, "{}", taken.raw);
     let done = events.next().await.expect("the result, on the stream held by a");
     assert!(done.to_string().contains("you answered: Lyon"), "{done}");
-    let routed = "sessionless_legacy_answers_routed_total";
     assert_eq!(b.metric_where(routed, r#"reason="forwarded""#).await, 1.0);
     assert_eq!(a.metric_where(routed, r#"reason="received""#).await, 1.0);
 }

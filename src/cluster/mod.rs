@@ -38,6 +38,11 @@ pub const NONCE_HEADER: &str = "x-sessionless-nonce";
 pub const BODY_DIGEST_HEADER: &str = "x-sessionless-body-sha256";
 /// HMAC-SHA256 over [`sign::canonical`], base64url.
 pub const SIGNATURE_HEADER: &str = "x-sessionless-signature";
+/// The translated legacy session a client's answer was posted on (signed;
+/// only on such answers).
+pub const SESSION_HEADER: &str = "x-sessionless-session";
+/// The longest session header taken.
+const MAX_SESSION: usize = 128;
 /// Set on the internal listener's own refusals, so that the forwarding
 /// replica can tell them from the owner's answer to the client.
 pub const REFUSED_HEADER: &str = "x-sessionless-refused";
@@ -88,11 +93,13 @@ impl Forwarder {
 
     /// Sends the retry (`headers`, `body`) to the replica at `owner`, signed,
     /// and returns its answer, to be relayed to the client as it is.
+    /// `session`: the translated legacy session a client's answer came on.
     pub async fn forward(
         &self,
         owner: &str,
         route: &str,
         principal: &str,
+        session: Option<&str>,
         headers: &HeaderMap,
         body: Bytes,
     ) -> Result<Response<Body>, ForwardError> {
@@ -109,6 +116,7 @@ impl Forwarder {
             body_digest: &body_digest,
             timestamp_ms,
             nonce: &nonce,
+            session,
         };
         let tag = self.keys.sign(&signed);
         let uri = format!("{}://{owner}{RETRY_PATH}", self.scheme);
@@ -122,6 +130,9 @@ impl Forwarder {
         h.insert(NONCE_HEADER, value(&URL_SAFE_NO_PAD.encode(nonce))?);
         h.insert(BODY_DIGEST_HEADER, value(&URL_SAFE_NO_PAD.encode(body_digest))?);
         h.insert(SIGNATURE_HEADER, value(&URL_SAFE_NO_PAD.encode(tag))?);
+        if let Some(session) = session {
+            h.insert(SESSION_HEADER, value(session)?);
+        }
         let resp = match tokio::time::timeout(self.timeout, self.http.request(req)).await {
             Err(_) => return Err(ForwardError::Broken),
             Ok(Err(e)) if tls::handshake_failed(&e) => {
@@ -218,6 +229,8 @@ pub fn refusal(status: StatusCode) -> Response<Body> {
 pub struct Head {
     pub route: String,
     pub principal: String,
+    /// [`SESSION_HEADER`], when sent.
+    pub session: Option<String>,
     timestamp_ms: u64,
     nonce: [u8; NONCE_LEN],
     body_digest: [u8; 32],
@@ -279,7 +292,19 @@ impl Gate {
         if !sign::in_window(timestamp_ms, sign::now_ms()) {
             return Err(Refused::Stale);
         }
-        Ok(Head { route: route.into(), principal: principal.into(), timestamp_ms, nonce, body_digest, tag })
+        let session = match parts.headers.get(SESSION_HEADER) {
+            None => None,
+            Some(v) => Some(v.to_str().ok().filter(|s| s.len() <= MAX_SESSION).ok_or(Refused::Unsigned)?),
+        };
+        Ok(Head {
+            route: route.into(),
+            principal: principal.into(),
+            session: session.map(str::to_string),
+            timestamp_ms,
+            nonce,
+            body_digest,
+            tag,
+        })
     }
 
     /// Verifies the signature over the request's head (the body by its
@@ -294,6 +319,7 @@ impl Gate {
             body_digest: &head.body_digest,
             timestamp_ms: head.timestamp_ms,
             nonce: &head.nonce,
+            session: head.session.as_deref(),
         };
         if !self.keys.verify(&signed, &head.tag) {
             return Err(Refused::BadSignature);

@@ -1,7 +1,7 @@
 //! Signed forwarded retries: the cluster secret never crosses the wire. A
 //! forwarding replica sends an HMAC-SHA256 over a canonical encoding of what
 //! the owner acts on (audience, route, principal, body digest, MCP headers,
-//! timestamp, nonce); the owner checks it in constant time, refuses
+//! timestamp, nonce, and for a legacy client's answer its session); the owner checks it in constant time, refuses
 //! timestamps outside [`WINDOW_MS`], and refuses a (nonce, timestamp) it has
 //! seen ([`Seen`]).
 
@@ -46,6 +46,10 @@ pub struct Signed<'a> {
     pub body_digest: &'a [u8; 32],
     pub timestamp_ms: u64,
     pub nonce: &'a [u8; NONCE_LEN],
+    /// A translated legacy session's id, with an answer to a question
+    /// pushed on it; `None` for everything else (whose encoding is then the
+    /// one replicas without this field sign).
+    pub session: Option<&'a str>,
 }
 
 /// The digest a request's body is signed by.
@@ -55,7 +59,8 @@ pub fn body_digest(body: &[u8]) -> [u8; 32] {
 
 /// The bytes the MAC is computed over: every field length-prefixed (u64,
 /// big-endian), headers sorted by name (values of one name in their order),
-/// so no two different requests share an encoding.
+/// so no two different requests share an encoding. The session, when there
+/// is one, comes last, after the fixed-length nonce and under its own label.
 pub fn canonical(s: &Signed<'_>) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
     let mut field = |bytes: &[u8]| {
@@ -77,6 +82,10 @@ pub fn canonical(s: &Signed<'_>) -> Vec<u8> {
     }
     field(&s.timestamp_ms.to_be_bytes());
     field(s.nonce);
+    if let Some(session) = s.session {
+        field(b"session");
+        field(session.as_bytes());
+    }
     out
 }
 

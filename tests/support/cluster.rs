@@ -365,6 +365,9 @@ pub struct Internal {
     pub body: Vec<u8>,
     pub timestamp_ms: u64,
     pub nonce: [u8; NONCE_LEN],
+    /// The translated legacy session an answer came on (signed, sent in
+    /// `x-sessionless-session`).
+    pub session: Option<String>,
 }
 
 impl Internal {
@@ -380,6 +383,23 @@ impl Internal {
             body: req.body().to_string().into_bytes(),
             timestamp_ms: sign::now_ms(),
             nonce,
+            session: None,
+        }
+    }
+
+    /// A legacy client's `answer` to a question pushed on `owner`, as another
+    /// replica forwards it for an anonymous caller (no session yet).
+    pub fn answer(owner: &Replica, answer: &serde_json::Value) -> Internal {
+        Internal {
+            to: owner.internal,
+            audience: owner.advertise.clone(),
+            route: "/mcp".into(),
+            principal: "anonymous".into(),
+            headers: vec![("content-type".into(), "application/json".into())],
+            body: answer.to_string().into_bytes(),
+            timestamp_ms: sign::now_ms(),
+            nonce: rand::random(),
+            session: None,
         }
     }
 
@@ -402,6 +422,7 @@ impl Internal {
             body_digest: &sign::body_digest(&self.body),
             timestamp_ms: self.timestamp_ms,
             nonce: &self.nonce,
+            session: self.session.as_deref(),
         });
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(tag)
     }
@@ -427,6 +448,9 @@ impl Internal {
             );
         if let Some(s) = signature {
             b = b.header("x-sessionless-signature", s);
+        }
+        if let Some(s) = &self.session {
+            b = b.header("x-sessionless-session", s);
         }
         b.body(Full::new(Bytes::from(self.body.clone()))).unwrap()
     }

@@ -1,6 +1,7 @@
 //! A fake 2026-07-28 (stateless) upstream: `server/discover`, a tool that
 //! asks a question (`input_required` with a `requestState` of its own), a
-//! tool answered on SSE, and a log of every request it received.
+//! tool answered on SSE, a tool that fails as its arguments say, and a log
+//! of every request it received.
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
@@ -129,6 +130,20 @@ async fn handle(
                 r#"{{"jsonrpc":"2.0","id":{id},"result":{{"resultType":"input_required","inputRequests":{{}},"request\u0053tate":"{UPSTREAM_STATE}"}}}}"#
             );
             let mut resp = Response::new(Full::new(Bytes::from(text)).boxed());
+            resp.headers_mut().insert("content-type", "application/json".parse().unwrap());
+            return Ok(resp);
+        }
+        (Some("tools/call"), Some("fail")) => {
+            // The JSON-RPC error and HTTP status the arguments name.
+            let args = &msg["params"]["arguments"];
+            let mut error = json!({"code": args["code"], "message": args["message"]});
+            if let Some(data) = args.get("data") {
+                error["data"] = data.clone();
+            }
+            let err = json!({"jsonrpc": "2.0", "id": id, "error": error});
+            let mut resp = Response::new(Full::new(Bytes::from(err.to_string())).boxed());
+            *resp.status_mut() =
+                http::StatusCode::from_u16(args["status"].as_u64().unwrap_or(200) as u16).unwrap();
             resp.headers_mut().insert("content-type", "application/json".parse().unwrap());
             return Ok(resp);
         }

@@ -31,13 +31,37 @@ pub struct Claims {
     pub t: Option<Translated>,
 }
 
-/// What a translated session's requests carry upstream in `_meta`.
+/// What a translated session's requests carry upstream in `_meta`, and the
+/// session's own id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Translated {
     /// The client's capabilities (the questions it can answer).
     pub c: serde_json::Value,
     /// The client's `clientInfo` (name and version).
     pub ci: serde_json::Value,
+    /// A random id minted at `initialize`, one per session: the ids of the
+    /// questions pushed on the session are bound to it. Tokens sealed
+    /// before it existed have none ([`Translated::session`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s: Option<String>,
+}
+
+impl Translated {
+    /// What tells this session from every other: its id, or for a token
+    /// sealed without one, a digest of the token itself (`token`, as the
+    /// client sends it; a token is never issued twice, and each seal is
+    /// salted, so two sessions never share one).
+    pub fn session(&self, token: &str) -> String {
+        use base64::Engine;
+        use sha2::Digest;
+        match &self.s {
+            Some(id) => id.clone(),
+            None => {
+                let digest = sha2::Sha256::digest(token.as_bytes());
+                base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&digest[..16])
+            }
+        }
+    }
 }
 
 /// Why a token was refused (a metrics label; the client always sees 404).
@@ -123,6 +147,7 @@ pub fn of_request(
 mod tests {
     use super::*;
     use crate::config::SealKey;
+    use serde_json::json;
 
     fn sealer() -> Sealer {
         Sealer::new(vec![SealKey { id: "k".into(), bytes: [7; 32] }])
@@ -177,6 +202,22 @@ mod tests {
                 assert_eq!(open(&s, &bad, "/mcp", "anonymous", 150), Err(Rejected::Invalid), "position {i}");
             }
         }
+    }
+
+    #[test]
+    fn a_translated_session_is_told_apart_by_its_id_or_else_its_token() {
+        let s = sealer();
+        let with_id = Translated { c: json!({}), ci: json!({}), s: Some("sid-1".into()) };
+        let before = Translated { s: None, ..with_id.clone() };
+        assert_eq!(with_id.session("any token"), "sid-1");
+        // A token sealed before session ids existed opens, and is its own id.
+        let old = s.seal(AAD, br#"{"r":"/mcp","i":"","u":null,"v":"2025-11-25","p":"anonymous","iat":100,"exp":200,"t":{"c":{},"ci":{}}}"#);
+        let claims = open(&s, &old, "/mcp", "anonymous", 150).expect("an older token opens");
+        assert_eq!(claims.t.as_ref(), Some(&before));
+        let again = s.seal(AAD, &serde_json::to_vec(&claims).unwrap());
+        assert_eq!(before.session(&old), before.session(&old), "stable");
+        assert_ne!(before.session(&old), before.session(&again), "the same claims, another session");
+        assert_eq!(before.session(&old).len(), 22);
     }
 
     #[test]

@@ -131,8 +131,8 @@ impl Bridge {
             "response" => {
                 // An answer to a question pushed on some replica's stream.
                 match self.session(target, caller) {
-                    Ok(_) => {
-                        self.answer(target, caller).await;
+                    Ok(claims) => {
+                        self.answer(target, caller, &claims).await;
                         accepted(reply)
                     }
                     Err(e) => fail(reply, None, &e).await,
@@ -248,6 +248,7 @@ impl Bridge {
         let translated = Translated {
             c: client_capabilities(params.get("capabilities"))?,
             ci: client_info(params.get("clientInfo")),
+            s: Some(super::random_id()),
         };
         let now = crate::seal::unix_now();
         let claims = Claims {
@@ -536,6 +537,7 @@ impl Bridge {
     ) -> Result<Map<String, Value>, Stop> {
         let route = &target.route.id;
         let translated = claims.t.as_ref().expect("a translated session");
+        let session = session_of(claims, caller);
         let version = claims.v.as_deref().unwrap_or(LEGACY_VERSIONS[0]);
         for request in requests.values() {
             if let Some(missing) = missing_capability(&translated.c, request) {
@@ -576,6 +578,7 @@ impl Bridge {
                     k: key.clone(),
                     r: route.clone(),
                     p: caller.principal.clone(),
+                    s: session.clone(),
                     exp,
                 },
             );
@@ -640,12 +643,18 @@ impl Bridge {
         Ok(answers)
     }
 
-    /// A client's answer to a pushed question: delivered to the round
-    /// waiting here, or forwarded to the replica holding it.
-    async fn answer(&self, target: &Target, caller: &Caller) {
+    /// A client's answer to a pushed question, on the session it was pushed
+    /// on: delivered to the round waiting here, or forwarded (with the
+    /// session) to the replica holding it.
+    async fn answer(&self, target: &Target, caller: &Caller, claims: &Claims) {
         let Some((q, answer)) = self.open_answer(target, &caller.principal, &caller.body) else {
             return;
         };
+        let session = session_of(claims, caller);
+        if !q.asked_on(Some(&session)) {
+            self.other_session(target);
+            return;
+        }
         if q.o == self.services.instance {
             self.delivered(target, &q, answer, "here");
             return;
@@ -655,17 +664,36 @@ impl Bridge {
             return;
         };
         let forwarded = cluster
-            .forward(owner, &target.route.id, &caller.principal, &caller.headers, caller.body.clone())
+            .forward(
+                owner,
+                &target.route.id,
+                &caller.principal,
+                Some(&session),
+                &caller.headers,
+                caller.body.clone(),
+            )
             .await;
         self.count_forwarded(target, if forwarded.is_ok() { "forwarded" } else { "owner_gone" });
     }
 
-    /// An answer forwarded by another replica (signed, principal checked):
-    /// whether it was one for a round of this cell (then it is taken).
-    pub fn take_forwarded(&self, target: &Target, principal: &str, body: &Bytes) -> bool {
+    /// An answer forwarded by another replica (signed, principal checked;
+    /// `session`, signed too, the one it was posted on): whether it was one
+    /// for a round of this cell (then it is taken, or refused when it was
+    /// not posted on the session the question was pushed on).
+    pub fn take_forwarded(
+        &self,
+        target: &Target,
+        principal: &str,
+        session: Option<&str>,
+        body: &Bytes,
+    ) -> bool {
         let Some((q, answer)) = self.open_answer(target, principal, body) else {
             return false;
         };
+        if !q.asked_on(session) {
+            self.other_session(target);
+            return true;
+        }
         if q.o == self.services.instance {
             self.delivered(target, &q, answer, "received");
         }
@@ -695,10 +723,29 @@ impl Bridge {
         self.count_forwarded(target, outcome);
     }
 
+    /// An answer to a question pushed on another session (of the same
+    /// principal: another's does not open), or forwarded without its session:
+    /// refused, counted and logged.
+    fn other_session(&self, target: &Target) {
+        self.count_forwarded(target, "other_session");
+        crate::log_limited!(
+            tracing::Level::WARN,
+            route = %target.route.id,
+            "refused an answer to a question pushed on another session"
+        );
+    }
+
     fn count_forwarded(&self, target: &Target, outcome: &'static str) {
         let labels = ReasonLabels { route: target.route.id.clone(), reason: outcome };
         self.services.metrics.answers_routed.get_or_create(&labels).inc();
     }
+}
+
+/// What tells the request's translated session from every other
+/// ([`Translated::session`]): its questions are bound to it.
+fn session_of(claims: &Claims, caller: &Caller) -> String {
+    let token = caller.headers.get(&crate::front::headers::SESSION_ID).and_then(|v| v.to_str().ok());
+    claims.t.as_ref().expect("a translated session").session(token.unwrap_or_default())
 }
 
 /// The listen filter for what the upstream announces (its discover
@@ -959,15 +1006,20 @@ fn strip_modern(result: &mut Map<String, Value>) {
 }
 
 /// An upstream JSON-RPC error as a legacy client reads it: the 2026-only
-/// codes become the closest legacy ones, data kept.
+/// codes become the closest legacy ones, data kept. A 2025 client knows no
+/// code of the spec's reserved -32020..-32099 but -32042, which 2026-07-28
+/// forbids (a 2025-11-25 client would take it for a URL elicitation it was
+/// never asked): the rest of the range is an internal error, as on the
+/// modern path.
 fn legacy_error(error: &Value) -> Value {
     let mut error = error.clone();
     let code = error.get("code").and_then(Value::as_i64).unwrap_or(-32603);
     let mapped = match code {
         // Missing client capability: the request cannot be served as sent.
         -32021 => -32600,
-        // Header or version trouble is the gateway's, not the client's.
-        -32020 | -32022 => -32603,
+        // Header or version trouble is the gateway's, not the client's;
+        // anything else of the range is undefined.
+        -32099..=-32020 => -32603,
         c => c,
     };
     error["code"] = json!(mapped);
@@ -1022,3 +1074,6 @@ async fn fail(reply: Reply, id: Option<&Value>, e: &Error) -> &'static str {
     let _ = reply.relay(resp);
     e.reason()
 }
+
+#[cfg(test)]
+mod tests;

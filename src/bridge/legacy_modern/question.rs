@@ -4,10 +4,12 @@
 //! Each pushed request's JSON-RPC id is a sealed token (purpose label
 //! `legacy-question`) naming the replica that holds the stream (its instance
 //! id and internal address), the round, the input key, the route, the
-//! principal and an expiry. The client's answer may reach any replica: it
-//! opens the id, and delivers the answer to the waiting round here or
-//! forwards it, signed, to the replica named (never to an address the client
-//! chose: the id is sealed). Rounds wait in [`Rounds`], each holding a place
+//! principal, the session and an expiry. The client's answer may reach any
+//! replica: it opens the id, refuses an answer posted on another session
+//! (even of the same principal), and delivers the answer to the waiting
+//! round here or forwards it, signed and with its session, to the replica
+//! named (never to an address the client chose: the id is sealed), which
+//! checks the session again. Rounds wait in [`Rounds`], each holding a place
 //! of the shared parking places (global and per-principal caps).
 
 use std::collections::HashMap;
@@ -37,6 +39,10 @@ pub struct QuestionId {
     /// Route and principal the session belongs to.
     pub r: String,
     pub p: String,
+    /// The session the question was pushed on
+    /// ([`Translated::session`](crate::bridge::legacy_legacy::token::Translated::session)).
+    /// Required: an id sealed without it (by an older build) does not open.
+    pub s: String,
     /// Expiry, Unix seconds.
     pub exp: u64,
 }
@@ -46,13 +52,23 @@ pub fn mint(sealer: &Sealer, q: &QuestionId) -> String {
 }
 
 /// Opens an answer's id, for `route` and `principal`; `None` when it is not
-/// one of ours, or not theirs, or expired.
+/// one of ours, or not theirs, or expired. Its session is the caller's to
+/// check ([`QuestionId::asked_on`]): a refusal for another session is counted
+/// apart.
 pub fn open(sealer: &Sealer, id: &str, route: &str, principal: &str) -> Option<QuestionId> {
     if id.len() > MAX_ID {
         return None;
     }
     let q: QuestionId = serde_json::from_slice(&sealer.open(AAD, id).ok()?).ok()?;
     (q.r == route && q.p == principal && crate::seal::unix_now() < q.exp).then_some(q)
+}
+
+impl QuestionId {
+    /// Whether the question was pushed on `session` (`None`: a forwarded
+    /// answer that came without one, which cannot be checked).
+    pub fn asked_on(&self, session: Option<&str>) -> bool {
+        session == Some(self.s.as_str())
+    }
 }
 
 /// A client's answer to one question: its `result`, or its `error`.
@@ -116,12 +132,21 @@ mod tests {
             k: "name".into(),
             r: "/mcp".into(),
             p: "alice".into(),
+            s: "session-a".into(),
             exp: crate::seal::unix_now() + 60,
         };
         let id = mint(&sealer, &q);
         assert_eq!(open(&sealer, &id, "/mcp", "alice"), Some(q.clone()));
         assert_eq!(open(&sealer, &id, "/mcp", "mallory"), None);
         assert_eq!(open(&sealer, &id, "/other", "alice"), None);
+        assert!(q.asked_on(Some("session-a")));
+        assert!(!q.asked_on(Some("session-b")), "another session of the same principal");
+        assert!(!q.asked_on(None), "no session to check");
+        // Sealed by a build that did not bind the session: not opened.
+        let unbound = serde_json::json!({"o": "gw-a", "f": "round", "k": "name", "r": "/mcp",
+            "p": "alice", "exp": q.exp});
+        let unbound = sealer.seal(AAD, unbound.to_string().as_bytes());
+        assert_eq!(open(&sealer, &unbound, "/mcp", "alice"), None);
         let expired = mint(&sealer, &QuestionId { exp: 1, ..q });
         assert_eq!(open(&sealer, &expired, "/mcp", "alice"), None);
         let session = sealer.seal(b"legacy-session\0v1", b"{}");

@@ -261,6 +261,7 @@ impl Bridge {
                 owner,
                 &cx.route.id,
                 &cx.caller.principal,
+                None,
                 &cx.caller.headers,
                 cx.caller.body.clone(),
             );

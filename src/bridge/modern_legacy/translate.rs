@@ -102,17 +102,25 @@ pub fn input_required(init: &Value, input_requests: Value, request_state: String
 /// A legacy JSON-RPC error object as a gateway error (codes mapped).
 pub fn error(err: &Value) -> Error {
     let upstream_code = err.get("code").and_then(Value::as_i64).unwrap_or(code::INTERNAL_ERROR);
+    let data = err.get("data");
     let code = match upstream_code {
         code::LEGACY_RESOURCE_NOT_FOUND => code::INVALID_PARAMS,
-        // The spec reserves -32020..-32099; never pass an undefined one through.
         // -32042 stays visible to the bridge, which turns it into a URL round.
         code::URL_ELICITATION_REQUIRED => code::URL_ELICITATION_REQUIRED,
+        // The client's capabilities reach the upstream's session as declared,
+        // so a 2026-07-28 -32021 in its shape is the client's to act on: kept
+        // (its status is 400, `Error::status`). -32020 and -32022 describe
+        // the headers and version of the gateway's own legacy request, not
+        // the client's (checked at the front door): a client told so would
+        // renegotiate for nothing.
+        c @ code::MISSING_CAPABILITY if crate::error::spec_error_status(c, data).is_some() => c,
+        // The spec reserves -32020..-32099; never pass an undefined one through.
         c if (-32099..=-32020).contains(&c) => code::INTERNAL_ERROR,
         c => c,
     };
     let message =
         err.get("message").and_then(Value::as_str).unwrap_or("Upstream error").chars().take(1024).collect();
-    Error::Upstream { code, message, data: err.get("data").cloned() }
+    Error::Upstream { code, message, data: data.cloned() }
 }
 
 /// Server capabilities for `server/discover`: legacy-only entries removed.
@@ -203,6 +211,29 @@ mod tests {
         assert_eq!(e.status(), 404);
         let e = error(&json!({"code": -32043, "message": "reserved"}));
         assert_eq!(e.rpc_error(&[])["code"], -32603);
+    }
+
+    #[test]
+    fn a_missing_capability_in_its_shape_keeps_its_code_and_status() {
+        let data = json!({"requiredCapabilities": {"sampling": {}}});
+        let e = error(&json!({"code": -32021, "message": "needs sampling", "data": data}));
+        let body = e.rpc_error(&[]);
+        assert_eq!(body, json!({"code": -32021, "message": "needs sampling", "data": data}));
+        assert_eq!(e.status(), 400);
+        // Not in its shape: mapped as any reserved code, data kept.
+        for data in [json!({"requiredCapabilities": ["sampling"]}), json!("sampling"), Value::Null] {
+            let e = error(&json!({"code": -32021, "message": "m", "data": data}));
+            assert_eq!(e.rpc_error(&[])["code"], -32603, "{data}");
+            assert_eq!(e.status(), 200, "{data}");
+        }
+        let e = error(&json!({"code": -32021, "message": "m"}));
+        assert_eq!((e.rpc_error(&[])["code"].as_i64(), e.status().as_u16()), (Some(-32603), 200));
+        // The gateway's own hop: not the client's header or version trouble.
+        let e = error(&json!({"code": -32020, "message": "Header mismatch"}));
+        assert_eq!((e.rpc_error(&[])["code"].as_i64(), e.status().as_u16()), (Some(-32603), 200));
+        let e = error(&json!({"code": -32022, "message": "Unsupported protocol version",
+            "data": {"supported": ["2025-06-18"], "requested": "2025-11-25"}}));
+        assert_eq!((e.rpc_error(&[])["code"].as_i64(), e.status().as_u16()), (Some(-32603), 200));
     }
 
     #[test]

@@ -24,6 +24,7 @@ fn base(h: &HeaderMap) -> Signed<'_> {
         body_digest: &BODY,
         timestamp_ms: 1_000_000,
         nonce: &NONCE,
+        session: None,
     }
 }
 
@@ -33,13 +34,15 @@ fn every_field_changes_the_encoding() {
     let reference = canonical(&base(&h));
     let more = headers(&[("mcp-method", "tools/call"), ("mcp-name", "ask"), ("mcp-param-region", "eu")]);
     let renamed = headers(&[("mcp-method", "tools/call"), ("mcp-name", "other")]);
-    let variants: [fn(&mut Signed<'_>); 6] = [
+    let variants: [fn(&mut Signed<'_>); 8] = [
         |s| s.audience = "10.0.0.6:8081",
         |s| s.route = "/other",
         |s| s.principal = "b:0123",
         |s| s.body_digest = &OTHER_BODY,
         |s| s.timestamp_ms += 1,
         |s| s.nonce = &OTHER_NONCE,
+        |s| s.session = Some("sid"),
+        |s| s.session = Some(""),
     ];
     for (i, change) in variants.iter().enumerate() {
         let mut s = base(&h);
@@ -48,6 +51,16 @@ fn every_field_changes_the_encoding() {
     }
     assert_ne!(canonical(&base(&more)), reference, "an added header");
     assert_ne!(canonical(&base(&renamed)), reference, "a header value");
+}
+
+#[test]
+fn no_session_signs_what_a_replica_without_sessions_signs() {
+    let h = headers(&[("mcp-method", "tools/call")]);
+    let without = canonical(&base(&h));
+    assert!(without.ends_with(&NONCE), "nothing after the nonce");
+    let (mut a, mut b) = (base(&h), base(&h));
+    (a.session, b.session) = (Some("a"), Some("b"));
+    assert_ne!(canonical(&a), canonical(&b));
 }
 
 #[test]

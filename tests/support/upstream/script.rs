@@ -12,6 +12,8 @@ pub enum Answer {
     Result(Value),
     /// `200 application/json` with a JSON-RPC error for the request's id.
     Error(i64, String),
+    /// [`Answer::Error`] with a `data` member.
+    ErrorData(i64, String, Value),
     /// `200 text/event-stream`: the steps in order, then the stream ends.
     Sse(Vec<Step>),
     /// Any status, content type and body, as given.
@@ -29,7 +31,7 @@ impl Answer {
 
     pub(super) fn status(&self) -> u16 {
         match self {
-            Answer::Result(_) | Answer::Error(..) | Answer::Sse(_) => 200,
+            Answer::Result(_) | Answer::Error(..) | Answer::ErrorData(..) | Answer::Sse(_) => 200,
             Answer::Raw { status, .. } | Answer::Status(status) => *status,
             Answer::Delayed(_, inner) => inner.status(),
         }
@@ -66,6 +68,7 @@ pub enum Step {
 pub enum Msg {
     Result(Value),
     Error(i64, String),
+    ErrorData(i64, String, Value),
     Progress(f64),
     /// A message written as it is (notification or server request).
     Verbatim(Value),
@@ -81,6 +84,9 @@ impl Step {
     }
     pub fn error(code: i64, message: &str) -> Step {
         Step::message(Msg::Error(code, message.into()))
+    }
+    pub fn error_data(code: i64, message: &str, data: Value) -> Step {
+        Step::message(Msg::ErrorData(code, message.into(), data))
     }
     /// `notifications/progress` with the request's own progress token.
     pub fn progress(progress: f64) -> Step {

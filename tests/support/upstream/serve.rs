@@ -152,6 +152,9 @@ async fn respond(shared: &Arc<Shared>, request: &Value, method: &str, answer: An
         Answer::Error(code, message) => {
             json_response(json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}))
         }
+        Answer::ErrorData(code, message, data) => json_response(
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message, "data": data}}),
+        ),
         Answer::Sse(steps) => sse(shared.clone(), request.clone(), steps),
         Answer::Raw { status: s, content_type, body } => {
             Response::builder().status(s).header("content-type", content_type).body(full(body)).unwrap()
@@ -228,6 +231,9 @@ fn render(request: &Value, msg: Msg) -> Value {
         Msg::Result(r) => json!({"jsonrpc": "2.0", "id": id, "result": r}),
         Msg::Error(code, message) => {
             json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+        }
+        Msg::ErrorData(code, message, data) => {
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message, "data": data}})
         }
         Msg::Progress(p) => json!({"jsonrpc": "2.0", "method": "notifications/progress",
             "params": {"progressToken": request.pointer("/params/_meta/progressToken"),
