@@ -578,7 +578,7 @@ impl Bridge {
                     k: key.clone(),
                     r: route.clone(),
                     p: caller.principal.clone(),
-                    s: session.clone(),
+                    s: Some(session.clone()),
                     exp,
                 },
             );

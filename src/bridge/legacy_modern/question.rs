@@ -41,8 +41,10 @@ pub struct QuestionId {
     pub p: String,
     /// The session the question was pushed on
     /// ([`Translated::session`](crate::bridge::legacy_legacy::token::Translated::session)).
-    /// Required: an id sealed without it (by an older build) does not open.
-    pub s: String,
+    /// An id sealed by an older build has none: it still opens (a rolling
+    /// upgrade keeps the rounds in flight), unbound, until its short expiry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s: Option<String>,
     /// Expiry, Unix seconds.
     pub exp: u64,
 }
@@ -65,9 +67,11 @@ pub fn open(sealer: &Sealer, id: &str, route: &str, principal: &str) -> Option<Q
 
 impl QuestionId {
     /// Whether the question was pushed on `session` (`None`: a forwarded
-    /// answer that came without one, which cannot be checked).
+    /// answer that came without one, which cannot be checked). An id from
+    /// an older build names no session and is taken on any of its
+    /// principal's.
     pub fn asked_on(&self, session: Option<&str>) -> bool {
-        session == Some(self.s.as_str())
+        self.s.as_deref().is_none_or(|s| session == Some(s))
     }
 }
 
@@ -132,7 +136,7 @@ mod tests {
             k: "name".into(),
             r: "/mcp".into(),
             p: "alice".into(),
-            s: "session-a".into(),
+            s: Some("session-a".into()),
             exp: crate::seal::unix_now() + 60,
         };
         let id = mint(&sealer, &q);
@@ -142,11 +146,14 @@ mod tests {
         assert!(q.asked_on(Some("session-a")));
         assert!(!q.asked_on(Some("session-b")), "another session of the same principal");
         assert!(!q.asked_on(None), "no session to check");
-        // Sealed by a build that did not bind the session: not opened.
+        // Sealed by a build that did not bind the session (a rolling
+        // upgrade): opens, for its principal only, on any of its sessions.
         let unbound = serde_json::json!({"o": "gw-a", "f": "round", "k": "name", "r": "/mcp",
             "p": "alice", "exp": q.exp});
         let unbound = sealer.seal(AAD, unbound.to_string().as_bytes());
-        assert_eq!(open(&sealer, &unbound, "/mcp", "alice"), None);
+        let old = open(&sealer, &unbound, "/mcp", "alice").expect("an older id opens");
+        assert!(old.asked_on(Some("session-b")) && old.asked_on(None));
+        assert_eq!(open(&sealer, &unbound, "/mcp", "mallory"), None);
         let expired = mint(&sealer, &QuestionId { exp: 1, ..q });
         assert_eq!(open(&sealer, &expired, "/mcp", "alice"), None);
         let session = sealer.seal(b"legacy-session\0v1", b"{}");
