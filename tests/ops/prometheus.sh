@@ -10,7 +10,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT="$PWD"
-PROMETHEUS_DEB_VERSION="2.42.0+ds-5+deb12u1"
+# Prometheus 2.42.0 as Debian 12 ships it; Debian's own revision suffix
+# differs between mirrors and updates (+deb12u1, +b6), so the first of these
+# the mirrors serve is taken, and the binary must say 2.42.0.
+PROMETHEUS_DEB_VERSIONS=("2.42.0+ds-5+deb12u1" "2.42.0+ds-5+b6")
 BIN="${SESSIONLESS_BIN:-$ROOT/target/debug/sessionless}"
 DASHBOARD="${SESSIONLESS_DASHBOARD:-$ROOT/dashboards/sessionless.json}"
 
@@ -20,17 +23,23 @@ command -v python3 >/dev/null || fail "python3 is required"
 command -v curl >/dev/null || fail "curl is required"
 
 # --- Prometheus, pinned -------------------------------------------------------
-PROM_DIR="$ROOT/.cache/prometheus-$PROMETHEUS_DEB_VERSION"
+PROM_DIR="$ROOT/.cache/prometheus-2.42.0"
 PROM="$PROM_DIR/usr/bin/prometheus"
+fetch() { # downloads the first pinned revision the mirrors serve
+  local v
+  for v in "${PROMETHEUS_DEB_VERSIONS[@]}"; do
+    (cd "$PROM_DIR.tmp" && apt-get download -q "prometheus=$v" 2>/dev/null) && return 0
+  done
+  return 1
+}
 if ! [[ -x "$PROM" ]]; then
   command -v apt-get >/dev/null && command -v dpkg >/dev/null || fail "apt-get and dpkg are needed to install prometheus"
-  if ! apt-cache show "prometheus=$PROMETHEUS_DEB_VERSION" >/dev/null 2>&1; then
-    [[ "$(id -u)" == 0 ]] || fail "prometheus=$PROMETHEUS_DEB_VERSION is not in the apt lists and we are not root to run apt-get update"
-    apt-get update -qq || fail "apt-get update failed"
-  fi
   rm -rf "$PROM_DIR.tmp"; mkdir -p "$PROM_DIR.tmp"
-  (cd "$PROM_DIR.tmp" && apt-get download -q "prometheus=$PROMETHEUS_DEB_VERSION" 2>/dev/null) \
-    || fail "apt-get download prometheus=$PROMETHEUS_DEB_VERSION failed"
+  if ! fetch; then
+    [[ "$(id -u)" == 0 ]] || fail "none of prometheus=${PROMETHEUS_DEB_VERSIONS[*]} can be downloaded and we are not root to run apt-get update"
+    apt-get update -qq || fail "apt-get update failed"
+    fetch || fail "apt-get download of prometheus=${PROMETHEUS_DEB_VERSIONS[*]} failed"
+  fi
   dpkg -x "$PROM_DIR.tmp"/prometheus_*.deb "$PROM_DIR.tmp" || fail "cannot unpack the prometheus package"
   rm -f "$PROM_DIR.tmp"/prometheus_*.deb
   rm -rf "$PROM_DIR"; mv "$PROM_DIR.tmp" "$PROM_DIR"
