@@ -19,7 +19,19 @@ use hkdf::Hkdf;
 use rand::RngCore;
 use sha2::Sha256;
 
-use crate::config::SealKey;
+/// A sealing key (named by id in the config, its bytes from outside the
+/// routing file); its bytes never appear in `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SealKey {
+    pub id: String,
+    pub bytes: [u8; 32],
+}
+
+impl std::fmt::Debug for SealKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SealKey({}, <redacted>)", self.id)
+    }
+}
 
 const VERSION: u8 = 1;
 /// The id of the random key of a process started without keys.

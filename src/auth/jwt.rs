@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use http_body_util::{BodyExt, Limited};
-use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+use super::jwks::{parse_jwks, Key};
 use crate::config::{JwksSource, JwtPolicy};
 
 /// Tokens longer than this are refused unread.
@@ -65,13 +65,6 @@ pub struct Verified {
     pub scopes: Vec<String>,
     kid: Option<String>,
     until: Instant,
-}
-
-/// One verification key of the JWKS.
-pub struct Key {
-    kid: Option<String>,
-    key: DecodingKey,
-    algorithm: Algorithm,
 }
 
 pub struct Verifier {
@@ -287,32 +280,6 @@ pub fn principal(iss: &str, sub: &str) -> String {
     let digest =
         Sha256::new().chain_update(iss.as_bytes()).chain_update([0]).chain_update(sub.as_bytes()).finalize();
     format!("jwt:{}", crate::seal::hex(&digest[..16]))
-}
-
-/// The keys of a JWKS document usable with `algorithms`. Symmetric (`oct`)
-/// keys are never taken from a JWKS: HS256 uses the configured secret only.
-pub fn parse_jwks(body: &[u8], algorithms: &[Algorithm]) -> Result<Vec<Key>, String> {
-    let set: JwkSet = serde_json::from_slice(body).map_err(|e| format!("not a JWKS: {e}"))?;
-    let mut keys = Vec::new();
-    for jwk in &set.keys {
-        let algorithm = match &jwk.algorithm {
-            AlgorithmParameters::RSA(_) => Algorithm::RS256,
-            AlgorithmParameters::EllipticCurve(p) if p.curve == EllipticCurve::P256 => Algorithm::ES256,
-            AlgorithmParameters::OctetKeyPair(_) => Algorithm::EdDSA,
-            _ => continue,
-        };
-        if !algorithms.contains(&algorithm) {
-            continue;
-        }
-        if let Some(declared) = jwk.common.key_algorithm {
-            if format!("{declared:?}") != format!("{algorithm:?}") {
-                continue;
-            }
-        }
-        let Ok(key) = DecodingKey::from_jwk(jwk) else { continue };
-        keys.push(Key { kid: jwk.common.key_id.clone(), key, algorithm });
-    }
-    Ok(keys)
 }
 
 async fn fetch(url: &http::Uri) -> Result<Vec<u8>, String> {

@@ -11,6 +11,7 @@
 //! keeps its sessions and sealed states; without a policy it stays a digest
 //! of whatever bearer token comes (anyone may call).
 
+pub mod jwks;
 pub mod jwt;
 pub mod keys;
 

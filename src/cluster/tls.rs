@@ -18,13 +18,22 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use crate::config::ClusterTls;
-
 /// Time a connection to the internal listener gets to finish its TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// TLS between replicas, loaded from the files named in `[cluster]`.
+#[derive(Clone)]
+pub struct ClusterTls {
+    /// The internal listener's certificate and key.
+    pub server: Arc<rustls::ServerConfig>,
+    /// Verifies owners against the configured CA.
+    pub client: Arc<rustls::ClientConfig>,
+    /// The name owners' certificates must carry; `None`: the advertised host.
+    pub server_name: Option<rustls::pki_types::ServerName<'static>>,
 }
 
 /// Reads the PEM files named in `[cluster]`; errors name the file.

@@ -230,7 +230,7 @@ fn jwt(
             let body =
                 outside.read(&what, Source::File(file.into())).map_err(|e| err(format!("jwks_file {e}")))?;
             if let Some(body) = body {
-                let keys = crate::auth::jwt::parse_jwks(body.as_bytes(), &algorithms)
+                let keys = crate::auth::jwks::parse_jwks(body.as_bytes(), &algorithms)
                     .map_err(|e| err(format!("jwks_file {file}: {e}")))?;
                 if keys.is_empty() {
                     return Err(err(format!(

@@ -4,6 +4,7 @@
 mod check;
 mod outside;
 mod raw;
+pub mod secret;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -77,16 +78,7 @@ pub struct Cluster {
     pub tls: Option<ClusterTls>,
 }
 
-/// TLS between replicas, loaded from the files named in `[cluster]`.
-#[derive(Clone)]
-pub struct ClusterTls {
-    /// The internal listener's certificate and key.
-    pub server: Arc<rustls::ServerConfig>,
-    /// Verifies owners against the configured CA.
-    pub client: Arc<rustls::ClientConfig>,
-    /// The name owners' certificates must carry; `None`: the advertised host.
-    pub server_name: Option<rustls::pki_types::ServerName<'static>>,
-}
+pub use crate::cluster::tls::ClusterTls;
 
 impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -260,18 +252,7 @@ pub struct Limits {
     pub max_rate_limit_keys: usize,
 }
 
-/// A sealing key; its bytes never appear in `Debug`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct SealKey {
-    pub id: String,
-    pub bytes: [u8; 32],
-}
-
-impl std::fmt::Debug for SealKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SealKey({}, <redacted>)", self.id)
-    }
-}
+pub use crate::seal::SealKey;
 
 impl Config {
     /// The configuration of `sessionless --upstream URL`: one route `/mcp`.
@@ -678,7 +659,7 @@ fn upstream_headers(
             ConfigError(format!("{}upstream `{}`: header `{name}`: {why}", at(text, name), u.name))
         };
         let parsed = http::HeaderName::from_bytes(name.as_bytes()).map_err(|_| err("not a header name"))?;
-        if crate::upstream::credentials::refused_name(&parsed) {
+        if secret::refused_name(&parsed) {
             return Err(err("the gateway sets this header itself (or it is hop-by-hop)"));
         }
         let text_of = |k: &str| spec.get(k).and_then(toml::Value::as_str).map(str::to_string);
@@ -697,8 +678,7 @@ fn upstream_headers(
         }
         let what = format!("upstream `{}` header {parsed}", u.name);
         if let Some(value) = outside.read(&what, source.clone()).map_err(|e| err(&e))? {
-            crate::upstream::credentials::Secret::new(&value)
-                .map_err(|why| err(&format!("the value {why}")))?;
+            secret::Secret::new(&value).map_err(|why| err(&format!("the value {why}")))?;
         }
         out.push(UpstreamHeader { name: parsed, source });
     }

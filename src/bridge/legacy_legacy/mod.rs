@@ -12,10 +12,6 @@
 //! the client abandons. Bounded by the rate of new sessions (per principal
 //! and overall), body and event sizes, timeouts and the stream slots.
 
-pub(super) mod quota;
-
-pub mod token;
-
 use std::any::Any;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -26,7 +22,9 @@ use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::quota;
 use super::relay::{self, Answering, Relay};
+use super::session_token::{self as token, Claims, Rejected};
 use super::{Caller, Generation, Held, Services, Target};
 use crate::config::Config;
 use crate::error::Error;
@@ -36,7 +34,6 @@ use crate::metrics::{OpenedLabels, ReasonLabels};
 use crate::reply::{self, Body};
 use crate::upstream::answers::{judge, Verdict};
 use crate::upstream::{h1, PostError, SessionWire, Transport, ACCEPT_BOTH};
-use token::{Claims, Rejected};
 
 /// The longest upstream session id sealed into a token (a token must stay
 /// under the length [`token::open`] accepts).
@@ -70,8 +67,6 @@ impl Drop for Streaming {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
-
-pub(super) use crate::versions::label as version_label;
 
 impl Bridge {
     pub fn new(config: &Config, services: Arc<Services>) -> Bridge {
@@ -320,7 +315,7 @@ impl Bridge {
             .legacy_sessions_opened
             .get_or_create(&OpenedLabels {
                 route: target.route.id.clone(),
-                requested: version_label(requested.as_deref()),
+                requested: crate::versions::label(requested.as_deref()),
             })
             .inc();
         drop(hold);

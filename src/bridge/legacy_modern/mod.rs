@@ -29,10 +29,10 @@ use http::{header, HeaderValue, Response, StatusCode};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::legacy_legacy::token::{self, Claims, Rejected, Translated};
-use super::legacy_legacy::{quota, version_label};
-use super::modern_legacy::tool_headers::{self, Annotations};
+use super::quota;
 use super::relay::{Answering, Relay};
+use super::session_token::{self as token, Claims, Rejected, Translated};
+use super::tool_headers::{self, Annotations};
 use super::{Caller, Services, Target};
 use crate::config::{Config, LEGACY_VERSIONS};
 use crate::error::{error_body, Error};
@@ -265,7 +265,8 @@ impl Bridge {
         let token = token::issue(&self.services.sealer, &claims);
         let token = HeaderValue::from_str(&token).expect("base64url is a valid header value");
         let result = initialize_result(&discover, version);
-        let labels = OpenedLabels { route: target.route.id.clone(), requested: version_label(requested) };
+        let labels =
+            OpenedLabels { route: target.route.id.clone(), requested: crate::versions::label(requested) };
         self.services.metrics.legacy_sessions_opened.get_or_create(&labels).inc();
         let id = msg.get("id").cloned().unwrap_or(Value::Null);
         let mut resp =

@@ -40,7 +40,7 @@ pub struct QuestionId {
     pub r: String,
     pub p: String,
     /// The session the question was pushed on
-    /// ([`Translated::session`](crate::bridge::legacy_legacy::token::Translated::session)).
+    /// ([`Translated::session`](crate::bridge::session_token::Translated::session)).
     /// An id sealed by an older build has none: it still opens (a rolling
     /// upgrade keeps the rounds in flight), unbound, until its short expiry.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -141,17 +141,17 @@ impl Seals {
 
     /// A freshly sealed legacy session id that [`Seals::open_session`] accepts.
     pub fn seal_session(&self) -> String {
-        crate::bridge::legacy_legacy::token::issue(&self.sealer, &self.session_claims())
+        crate::bridge::session_token::issue(&self.sealer, &self.session_claims())
     }
 
     /// Whether `blob` opens as the legacy session id of this route and principal.
     pub fn open_session(&self, blob: &str) -> bool {
         let c = self.session_claims();
-        crate::bridge::legacy_legacy::token::open(&self.sealer, blob, &c.r, &c.p, 1).is_ok()
+        crate::bridge::session_token::open(&self.sealer, blob, &c.r, &c.p, 1).is_ok()
     }
 
-    fn session_claims(&self) -> crate::bridge::legacy_legacy::token::Claims {
-        crate::bridge::legacy_legacy::token::Claims {
+    fn session_claims(&self) -> crate::bridge::session_token::Claims {
+        crate::bridge::session_token::Claims {
             r: self.route.id.clone(),
             i: self.route.upstream.urls[0].to_string(),
             u: Some("s".into()),

@@ -10,7 +10,6 @@ mod mrtr;
 mod pool;
 mod session;
 mod state;
-pub(crate) mod tool_headers;
 mod translate;
 
 use std::sync::Arc;
@@ -55,7 +54,7 @@ pub struct Bridge {
     pool: Arc<Pool>,
     /// (route, capabilities) → when fetched, `InitializeResult`.
     discover: DashMap<(String, String), (Instant, Arc<Value>)>,
-    tool_headers: tool_headers::Cache,
+    tool_headers: super::tool_headers::Cache,
     /// Calls paused on questions for the user, by flow id.
     parked: ParkingLot<ParkedFlow>,
     /// Flows taken out of the parking lot by a retry still being served.
@@ -75,7 +74,7 @@ impl Bridge {
                 metrics,
             )),
             discover: DashMap::new(),
-            tool_headers: tool_headers::Cache::default(),
+            tool_headers: super::tool_headers::Cache::default(),
             parked: ParkingLot::new(services.parking.clone(), config.limits.parked_flow_ttl),
             services,
             resuming: std::sync::atomic::AtomicUsize::new(0),
@@ -228,7 +227,11 @@ impl Bridge {
             }
         };
         if call.method == Method::ToolsCall {
-            self.tool_headers.check(&session, call, caller, route.upstream.response_timeout).await?;
+            self.tool_headers
+                .check(&session.key.route, call, caller, || {
+                    list_tools(&session, route.upstream.response_timeout)
+                })
+                .await?;
         }
         let deadline = tokio::time::Instant::now() + route.upstream.call_timeout;
         let mut retried = false;
@@ -349,7 +352,7 @@ impl Bridge {
             result.insert("nextCursor".into(), Value::String(sealed));
         }
         if cx.call.method == Method::ToolsList && !cx.call.params.contains_key("cursor") {
-            self.tool_headers.learn(session, cx.caller, &result);
+            self.tool_headers.learn(&session.key.route, cx.caller, &result);
         }
         if let Some(view) = &cx.caller.access {
             view.filter(cx.call.method.as_str(), &mut result);
@@ -367,4 +370,18 @@ fn result_response(id: &Value, result: &str) -> Vec<u8> {
     out.extend_from_slice(result.as_bytes());
     out.push(b'}');
     out
+}
+/// The annotations of the upstream's whole tool list, asked on `session`.
+async fn list_tools(
+    session: &Session,
+    timeout: std::time::Duration,
+) -> Option<super::tool_headers::Annotations> {
+    super::tool_headers::gather(|cursor| async move {
+        let params = match cursor {
+            Some(c) => json!({"cursor": c}),
+            None => json!({}),
+        };
+        call::simple_request(session, "tools/list", params, timeout).await.ok()
+    })
+    .await
 }

@@ -5,10 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
-use super::call;
-use super::session::Session;
 use super::Caller;
 use crate::error::Error;
 use crate::front::{headers, Call};
@@ -84,8 +82,9 @@ impl Cache {
         self.map.insert((route.to_string(), principal.to_string()), (Instant::now(), tools));
     }
 
-    /// Remembers a complete (unpaginated) tool list seen on its way to a client.
-    pub fn learn(&self, session: &Session, caller: &Caller, result: &Map<String, Value>) {
+    /// Remembers a complete (unpaginated) tool list of `route` seen on its
+    /// way to a client.
+    pub fn learn(&self, route: &str, caller: &Caller, result: &Map<String, Value>) {
         if result.contains_key("nextCursor") {
             return;
         }
@@ -94,29 +93,34 @@ impl Cache {
         };
         let mut map = HashMap::new();
         annotations(tools, &mut map);
-        self.remember(&session.key.route, &caller.principal, Arc::new(map));
+        self.remember(route, &caller.principal, Arc::new(map));
     }
 
-    /// Checks the call's `Mcp-Param-*` headers against the tool's annotations.
-    pub async fn check(
+    /// Checks the call's `Mcp-Param-*` headers against the tool's
+    /// annotations on `route`, listing the tools (`fetch`) when they are
+    /// not known yet.
+    pub async fn check<Fut>(
         &self,
-        session: &Session,
+        route: &str,
         call: &Call,
         caller: &Caller,
-        timeout: Duration,
-    ) -> Result<(), Error> {
-        let tools = match self.cached(&session.key.route, &caller.principal) {
+        fetch: impl FnOnce() -> Fut,
+    ) -> Result<(), Error>
+    where
+        Fut: std::future::Future<Output = Option<Annotations>>,
+    {
+        let tools = match self.cached(route, &caller.principal) {
             Some(t) => t,
             None => {
-                let Some(t) = Box::pin(fetch(session, timeout)).await else {
+                let Some(t) = Box::pin(fetch()).await else {
                     crate::log_limited!(
                         tracing::Level::WARN,
-                        route = %session.key.route,
+                        route = %route,
                         "could not list tools to check Mcp-Param headers"
                     );
                     return Ok(());
                 };
-                self.remember(&session.key.route, &caller.principal, t.clone());
+                self.remember(route, &caller.principal, t.clone());
                 t
             }
         };
@@ -125,17 +129,6 @@ impl Cache {
         };
         headers::check_param_headers(&caller.headers, ann, call.params.get("arguments"))
     }
-}
-
-async fn fetch(session: &Session, timeout: Duration) -> Option<Annotations> {
-    gather(|cursor| async move {
-        let params = match cursor {
-            Some(c) => json!({"cursor": c}),
-            None => json!({}),
-        };
-        call::simple_request(session, "tools/list", params, timeout).await.ok()
-    })
-    .await
 }
 
 /// The annotations of a whole tool list, read page by page (`page` asks for
