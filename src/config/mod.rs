@@ -5,6 +5,7 @@ mod check;
 mod outside;
 mod raw;
 
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -413,23 +414,7 @@ fn validate(raw: RawConfig, text: &str, outside: &Outside) -> Result<Config, Con
     let upstreams =
         raw.upstreams.iter().map(|u| upstream(u, text, outside)).collect::<Result<Vec<_>, _>>()?;
     let server_cors = raw.server.cors.as_ref().map(|c| cors(c, text)).transpose()?;
-    if raw.routes.is_empty() {
-        return Err(ConfigError("no routes: add a [[routes]] table".into()));
-    }
-    let mut routes = Vec::new();
-    for r in &raw.routes {
-        let mut route = route(r, &upstreams, &policies, text)?;
-        route.cors = match &r.cors {
-            Some(c) => Some(cors(c, text)?),
-            None => server_cors.clone(),
-        };
-        routes.push(Arc::new(route));
-    }
-    for (i, r) in routes.iter().enumerate() {
-        if routes[..i].iter().any(|o| o.id == r.id) {
-            return Err(ConfigError(format!("{}duplicate route `{}`", at(text, &r.path), r.id)));
-        }
-    }
+    let routes = routes(&raw.routes, &upstreams, &policies, server_cors.as_ref(), text)?;
     let connections = conn_limits(&raw.server, &raw.limits, text)?;
     let max_body_bytes = raw.limits.max_body_bytes.unwrap_or(4 << 20);
     let max_buffered_body_bytes = raw.limits.max_buffered_body_bytes.unwrap_or(256 << 20);
@@ -499,7 +484,40 @@ fn validate(raw: RawConfig, text: &str, outside: &Outside) -> Result<Config, Con
     })
 }
 
-/// `[server.tls]`: the pair is read now, so that `check-config` finds a bad file.
+/// The routes, each id once. Upstreams and policies are looked up by name
+/// in maps, so that a file of tens of thousands of routes loads in linear
+/// time (the first upstream of a name wins, as it always has).
+fn routes(
+    raw: &[raw::RawRoute],
+    upstreams: &[Upstream],
+    policies: &[Arc<AuthPolicy>],
+    server_cors: Option<&Arc<crate::cors::Cors>>,
+    text: &str,
+) -> Result<Vec<Arc<Route>>, ConfigError> {
+    if raw.is_empty() {
+        return Err(ConfigError("no routes: add a [[routes]] table".into()));
+    }
+    let mut by_name: HashMap<&str, &Upstream> = HashMap::new();
+    for u in upstreams {
+        by_name.entry(u.name.as_str()).or_insert(u);
+    }
+    let policies: HashMap<&str, &Arc<AuthPolicy>> = policies.iter().map(|p| (p.name.as_str(), p)).collect();
+    let mut ids = HashSet::new();
+    let mut routes = Vec::with_capacity(raw.len());
+    for r in raw {
+        let mut route = route(r, &by_name, &policies, text)?;
+        if !ids.insert(route.id.clone()) {
+            return Err(ConfigError(format!("{}duplicate route `{}`", at(text, &r.path), route.id)));
+        }
+        route.cors = match &r.cors {
+            Some(c) => Some(cors(c, text)?),
+            None => server_cors.cloned(),
+        };
+        routes.push(Arc::new(route));
+    }
+    Ok(routes)
+}
+
 /// `[server.tls]`: the pair loaded; `None` when a file is missing and
 /// `outside` does not require it (`check-config`).
 fn server_tls(
@@ -766,8 +784,8 @@ fn instance_url(url: &str, text: &str) -> Result<Uri, ConfigError> {
 
 fn route(
     r: &raw::RawRoute,
-    upstreams: &[Upstream],
-    policies: &[Arc<AuthPolicy>],
+    upstreams: &HashMap<&str, &Upstream>,
+    policies: &HashMap<&str, &Arc<AuthPolicy>>,
     text: &str,
 ) -> Result<Route, ConfigError> {
     let host = r.host.as_deref().map(|h| route_host(h, text)).transpose()?;
@@ -787,9 +805,8 @@ fn route(
     if !r.path.starts_with('/') || matches!(r.path.as_str(), "/metrics" | "/healthz" | "/readyz") {
         return Err(ConfigError(format!("{}invalid route path `{}`", at(text, &r.path), r.path)));
     }
-    let upstream = upstreams
-        .iter()
-        .find(|u| u.name == r.upstream)
+    let upstream = *upstreams
+        .get(r.upstream.as_str())
         .ok_or_else(|| ConfigError(format!("{}unknown upstream `{}`", at(text, &r.upstream), r.upstream)))?;
     let cache_scope = match r.cache_scope.as_deref() {
         None | Some("private") => CacheScope::Private,
@@ -801,15 +818,15 @@ fn route(
             )))
         }
     };
-    let auth =
-        match &r.auth {
-            None => None,
-            Some(name) => {
-                Some(policies.iter().find(|p| &p.name == name).cloned().ok_or_else(|| {
-                    ConfigError(format!("{}unknown auth policy `{name}`", at(text, "auth")))
-                })?)
-            }
-        };
+    let auth = match &r.auth {
+        None => None,
+        Some(name) => Some(
+            policies
+                .get(name.as_str())
+                .map(|p| Arc::clone(p))
+                .ok_or_else(|| ConfigError(format!("{}unknown auth policy `{name}`", at(text, "auth"))))?,
+        ),
+    };
     if let Some(aud) = &upstream.forward_authorization {
         let jwt_audience = auth.as_ref().and_then(|p| match &p.kind {
             AuthKind::Jwt(j) => Some(j.audience.as_str()),

@@ -7,10 +7,11 @@
 //! is present is checked in both cases; no value is ever printed.
 
 use std::cell::RefCell;
+use std::collections::HashSet;
 use std::path::PathBuf;
 
 /// Where a value the file names comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Source {
     Env(String),
     File(PathBuf),
@@ -57,17 +58,19 @@ pub struct Need {
 pub struct Outside {
     required: bool,
     needs: RefCell<Vec<Need>>,
+    /// What `needs` holds already (a file of many upstreams names one per header).
+    recorded: RefCell<HashSet<(String, Source)>>,
 }
 
 impl Outside {
     /// For running the gateway: anything missing is an error.
     pub fn required() -> Outside {
-        Outside { required: true, needs: RefCell::default() }
+        Outside { required: true, needs: RefCell::default(), recorded: RefCell::default() }
     }
 
     /// For `check-config`: anything missing is listed, not an error.
     pub fn optional() -> Outside {
-        Outside { required: false, needs: RefCell::default() }
+        Outside { required: false, needs: RefCell::default(), recorded: RefCell::default() }
     }
 
     /// Reads `source` for `what`: `Ok(None)` when it is missing and not
@@ -112,9 +115,8 @@ impl Outside {
     }
 
     fn record(&self, what: &str, source: Source, optional: bool, missing: Option<String>) {
-        let mut needs = self.needs.borrow_mut();
-        if !needs.iter().any(|n| n.source == source && n.what == what) {
-            needs.push(Need { what: what.to_string(), source, optional, missing });
+        if self.recorded.borrow_mut().insert((what.to_string(), source.clone())) {
+            self.needs.borrow_mut().push(Need { what: what.to_string(), source, optional, missing });
         }
     }
 }
