@@ -25,8 +25,8 @@ pub struct Keys {
     index: HashMap<[u8; 8], Vec<usize>>,
 }
 
-/// The most keys a file may hold.
-const MAX_KEYS: usize = 100_000;
+/// The most keys a file may hold (`config::file::Kind::ApiKeys` is sized for them).
+pub const MAX_KEYS: usize = 100_000;
 
 impl Keys {
     /// Parses a key file; the error names the line.

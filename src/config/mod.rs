@@ -2,6 +2,7 @@
 //! runtime table, or the same table built from `--upstream`.
 
 mod check;
+pub mod file;
 mod outside;
 mod raw;
 
@@ -383,7 +384,7 @@ fn route_host(h: &str, text: &str) -> Result<String, ConfigError> {
 }
 
 fn read_file(path: &Path) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path).map_err(|e| ConfigError(format!("{}: {e}", path.display())))
+    file::read_to_string(path, file::Kind::Routing).map_err(|e| ConfigError(e.to_string()))
 }
 
 fn parse(text: &str) -> Result<RawConfig, ConfigError> {
@@ -526,8 +527,10 @@ fn server_tls(
     outside: &Outside,
 ) -> Result<Option<crate::tls::ServerTls>, ConfigError> {
     let err = |e: String| ConfigError(format!("{}server.tls: {e}", at(text, "cert_file")));
-    let cert = outside.file("listener TLS certificate (server.tls.cert_file)", &t.cert_file).map_err(err)?;
-    let key = outside.file("listener TLS key (server.tls.key_file)", &t.key_file).map_err(err)?;
+    let cert = outside.file("listener TLS certificate (server.tls.cert_file)", &t.cert_file);
+    let cert = cert.map_err(|e| err(format!("cert_file {e}")))?;
+    let key = outside.file("listener TLS key (server.tls.key_file)", &t.key_file);
+    let key = key.map_err(|e| err(format!("key_file {e}")))?;
     if !(cert && key) {
         return Ok(None);
     }
@@ -714,7 +717,7 @@ fn upstream_headers(
             return Err(err("named twice"));
         }
         let what = format!("upstream `{}` header {parsed}", u.name);
-        if let Some(value) = outside.read(&what, source.clone()).map_err(|e| err(&e))? {
+        if let Some(value) = outside.read(&what, source.clone(), file::Kind::Secret).map_err(|e| err(&e))? {
             crate::upstream::credentials::Secret::new(&value)
                 .map_err(|why| err(&format!("the value {why}")))?;
         }
@@ -958,7 +961,7 @@ fn cluster(
         }
     };
     let secret = outside
-        .read("cluster secret", source)
+        .read("cluster secret", source, file::Kind::Secret)
         .map_err(|e| ConfigError(format!("{where_}cluster secret: {e}")))?;
     let secrets: Vec<Vec<u8>> =
         secret.iter().flat_map(|s| s.split(',')).map(|s| s.trim().as_bytes().to_vec()).collect();
@@ -1031,8 +1034,9 @@ fn load_key(k: &raw::RawKey, text: &str, outside: &Outside) -> Result<Option<Sea
         }
     };
     let what = format!("sealing key `{}`", k.id);
-    let Some(encoded) =
-        outside.read(&what, source).map_err(|e| ConfigError(format!("{where_}{what}: {e}")))?
+    let Some(encoded) = outside
+        .read(&what, source, file::Kind::Secret)
+        .map_err(|e| ConfigError(format!("{where_}{what}: {e}")))?
     else {
         return Ok(None);
     };
