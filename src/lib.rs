@@ -131,7 +131,7 @@ pub async fn run(config: Config) -> std::io::Result<Running> {
 /// Like [`run`], from a routing file that is watched: a change to it (or
 /// [`Running::reload`], or `SIGHUP` in the binary) reloads it.
 pub async fn run_from(source: reload::Source) -> Result<Running, String> {
-    let config = source.load().map_err(|e| e.0)?;
+    let config = source.load_off_runtime().await.map_err(|e| e.0)?;
     start(config, Some(source)).await.map_err(|e| e.to_string())
 }
 

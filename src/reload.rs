@@ -6,7 +6,9 @@
 //!
 //! A file that does not parse or validate is rejected, logged and counted
 //! (`sessionless_config_reloads_total{outcome="rejected"}`); the running
-//! configuration stays.
+//! configuration stays. Reading the files and building the next
+//! configuration run on tokio's blocking threads, so requests (and
+//! `/healthz`) are answered meanwhile, whatever the files hold.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -31,13 +33,23 @@ pub struct Source {
 }
 
 impl Source {
-    /// Reads and validates the file (secrets included).
+    /// Reads and validates the file (secrets included). Blocks: see
+    /// [`Source::load_off_runtime`].
     pub fn load(&self) -> Result<Config, ConfigError> {
         let mut config = Config::from_file(&self.path)?;
         if let Some(listen) = self.listen {
             config.listen = listen;
         }
         Ok(config)
+    }
+
+    /// [`Source::load`] on a blocking thread: a key file of 100,000 lines
+    /// or a slow disk holds no async worker.
+    pub async fn load_off_runtime(&self) -> Result<Config, ConfigError> {
+        let source = self.clone();
+        tokio::task::spawn_blocking(move || source.load())
+            .await
+            .unwrap_or_else(|e| Err(ConfigError(format!("loading the configuration failed: {e}"))))
     }
 }
 
@@ -65,7 +77,7 @@ impl Reloader {
     /// configuration and says why. Logs the outcome either way.
     pub async fn reload(&self, why: &str) -> Result<Reloaded, String> {
         let _one = self.one.lock().await;
-        let outcome = match self.source.load() {
+        let outcome = match self.source.load_off_runtime().await {
             Ok(config) => self.gateway.reload(config).await,
             Err(e) => {
                 self.gateway.reload_failed();

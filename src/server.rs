@@ -129,11 +129,17 @@ impl Gateway {
     }
 
     /// Replaces the live configuration with `config` (validated already),
-    /// or changes nothing and says why. See [`crate::live`].
+    /// or changes nothing and says why. See [`crate::live`]. The next
+    /// generation is built on a blocking thread (it reads header values,
+    /// JWKS files and HS256 secrets); the current one serves meanwhile.
     pub async fn reload(&self, config: Config) -> Result<Reloaded, String> {
         let _one = self.reloading.lock().await;
         let current = self.live.load_full();
-        let outcome = live::prepare(&current, config, &self.metrics, &self.stop);
+        let (metrics, stop) = (self.metrics.clone(), self.stop.clone());
+        let building = current.clone();
+        let outcome = tokio::task::spawn_blocking(move || live::prepare(&building, config, &metrics, &stop))
+            .await
+            .unwrap_or_else(|e| Err(format!("building the configuration failed: {e}")));
         let (next, report) = match outcome {
             Ok(prepared) => prepared,
             Err(e) => {

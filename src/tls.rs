@@ -17,6 +17,8 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio_rustls::TlsAcceptor;
 
+use crate::config::file::{self, Kind};
+
 /// `[server.tls]`: where the pair comes from, and the pair as loaded.
 #[derive(Clone)]
 pub struct ServerTls {
@@ -38,13 +40,15 @@ impl ServerTls {
     /// Reads and checks the pair (the key must match the certificate);
     /// errors name the file, never its contents.
     pub fn load(cert_file: &Path, key_file: &Path) -> Result<ServerTls, String> {
-        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert_file)
-            .and_then(|certs| certs.collect::<Result<_, _>>())
+        let pem = file::read(cert_file, Kind::Tls).map_err(|e| format!("cert_file {e}"))?;
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+            .collect::<Result<_, _>>()
             .map_err(|e| format!("cert_file {}: {e}", cert_file.display()))?;
         if chain.is_empty() {
             return Err(format!("cert_file {}: no certificate", cert_file.display()));
         }
-        let key = PrivateKeyDer::from_pem_file(key_file)
+        let pem = file::read(key_file, Kind::Tls).map_err(|e| format!("key_file {e}"))?;
+        let key = PrivateKeyDer::from_pem_slice(&pem)
             .map_err(|e| format!("key_file {}: no private key ({e})", key_file.display()))?;
         let certified = CertifiedKey::from_der(chain, key, &rustls::crypto::ring::default_provider())
             .map_err(|e| format!("cert_file/key_file: {e}"))?;

@@ -99,7 +99,8 @@ impl Verifier {
     pub fn new(policy: JwtPolicy, hs256_secret: Option<Vec<u8>>) -> Result<Verifier, String> {
         let keys = match &policy.jwks {
             Some(JwksSource::File(path)) => {
-                let text = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+                let text = crate::config::file::read(path, crate::config::file::Kind::Jwks)
+                    .map_err(|e| format!("jwks_file {e}"))?;
                 parse_jwks(&text, &policy.algorithms)?
             }
             _ => Vec::new(),

@@ -2,6 +2,7 @@
 //! upstream was found to speak. Built once; a lookup on the request path
 //! either finds a target or answers 404, it cannot miss in between.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -115,6 +116,49 @@ pub struct Admitted {
 }
 
 impl Target {
+    /// The target of route `r`, taking over from `same` (the old target of
+    /// its id, when its upstream and header values did not change) its
+    /// instances, what the upstream speaks, its breaker mark and, when they
+    /// did not change, its rate limits' state.
+    fn carry(
+        r: &Arc<Route>,
+        config: &Config,
+        metrics: &Metrics,
+        credentials: &Credentials,
+        same: Option<&Arc<Target>>,
+        slots: Option<Arc<Semaphore>>,
+    ) -> Target {
+        let max = config.limits.max_upstream_response_bytes;
+        let instances = match same {
+            Some(t) => t.instances.clone(),
+            None => (r.upstream.urls.iter())
+                .map(|url| Transport::new(r.upstream.clone(), url, max, metrics, &r.id, credentials.clone()))
+                .collect(),
+        };
+        let labels = RouteUpstreamLabels { route: r.id.clone(), upstream: r.upstream.name.clone() };
+        let breaker = metrics.upstream_breaker_open.get_or_create(&labels).clone();
+        let was_open = same.is_some_and(|t| t.breaker_was_open.load(Ordering::Acquire));
+        breaker.set(i64::from(was_open));
+        let limits = same
+            .filter(|t| t.route.rate_limit == r.rate_limit && t.route.tool_rate_limits == r.tool_rate_limits)
+            .map(|t| t.limits.clone());
+        Target {
+            route: r.clone(),
+            instances,
+            next: AtomicUsize::new(0),
+            detected: same
+                .map(|t| t.detected.clone())
+                .unwrap_or_else(|| Arc::new(Detected::new(r.upstream.generation, metrics.clone(), r))),
+            limits: limits
+                .unwrap_or_else(|| Arc::new(RateLimits::new(r, config.limits.max_rate_limit_keys, metrics))),
+            slots,
+            busy: metrics.upstream_busy.get_or_create(&labels).clone(),
+            breaker,
+            breaker_was_open: AtomicBool::new(was_open),
+            counts: Counts::default(),
+        }
+    }
+
     /// The instance for new work: the next one that is up, round-robin.
     /// When none is up, the next one anyway (a down mark may be stale, and
     /// the request gets a clear error if it is not).
@@ -233,6 +277,27 @@ impl Target {
     }
 }
 
+/// One set of slots per upstream with `max_concurrent_requests`, whichever
+/// routes use it; the old set while the limit is the same (its permits are
+/// in use). Routes of one name share their upstream, so the first of each
+/// name stands for all.
+fn slots<'a>(config: &'a Config, old: Option<&Targets>) -> HashMap<&'a str, Arc<Semaphore>> {
+    let mut old_slots: HashMap<&str, (Option<usize>, Option<&Arc<Semaphore>>)> = HashMap::new();
+    for t in old.into_iter().flat_map(Targets::all) {
+        let u = &t.route.upstream;
+        old_slots.entry(u.name.as_str()).or_insert((u.max_concurrent_requests, t.slots.as_ref()));
+    }
+    let mut slots = HashMap::new();
+    for u in config.routes.iter().map(|r| &r.upstream) {
+        let Some(n) = u.max_concurrent_requests else { continue };
+        slots.entry(u.name.as_str()).or_insert_with(|| match old_slots.get(u.name.as_str()) {
+            Some((Some(m), Some(kept))) if *m == n => Arc::clone(kept),
+            _ => Arc::new(Semaphore::new(n)),
+        });
+    }
+    slots
+}
+
 /// How often down instances are probed.
 const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
 /// How often rate limits forget the principals whose allowance is whole.
@@ -240,8 +305,15 @@ const RATE_LIMIT_SWEEP: Duration = Duration::from_secs(10);
 /// The longest a health probe waits for an answer.
 const HEALTH_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The routing table: every route with its upstream handles, built once.
-pub struct Targets(Vec<Arc<Target>>);
+/// The routing table: every route with its upstream handles, built once,
+/// and indexed by id and by path (a request's lookup, and a reload's
+/// carrying over, do not scan every route).
+pub struct Targets {
+    all: Vec<Arc<Target>>,
+    by_id: HashMap<String, Arc<Target>>,
+    /// The routes of each path, in the file's order.
+    by_path: HashMap<String, Vec<Arc<Target>>>,
+}
 
 impl Targets {
     /// Reads the upstreams' configured header values: a missing one is an
@@ -255,93 +327,55 @@ impl Targets {
     /// same header values already has: its instances (their health marks
     /// and connections), what the upstream speaks, its upstream slots, and
     /// its rate limits' state when they are unchanged. Everything else
-    /// starts afresh. Header values are read again (a rotated upstream key).
+    /// starts afresh. Header values are read again (a rotated upstream key),
+    /// once per upstream.
     pub fn carry(config: &Config, metrics: &Metrics, old: Option<&Targets>) -> Result<Targets, String> {
-        let max = config.limits.max_upstream_response_bytes;
-        let olds = || old.into_iter().flat_map(Targets::all);
-        // One set of slots per upstream, whichever routes use it; the old
-        // set while the limit is the same (its permits are in use).
-        let mut slots: HashMap<&str, Arc<Semaphore>> = HashMap::new();
-        for u in config.routes.iter().map(|r| &r.upstream) {
-            if let Some(n) = u.max_concurrent_requests {
-                let kept = olds()
-                    .find(|t| {
-                        t.route.upstream.name == u.name && t.route.upstream.max_concurrent_requests == Some(n)
-                    })
-                    .and_then(|t| t.slots.clone());
-                slots.entry(&u.name).or_insert_with(|| kept.unwrap_or_else(|| Arc::new(Semaphore::new(n))));
-            }
+        let slots = slots(config, old);
+        let mut credentials: HashMap<&str, Credentials> = HashMap::new();
+        let mut all = Vec::with_capacity(config.routes.len());
+        for r in &config.routes {
+            let credentials = match credentials.entry(&r.upstream.name) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(e) => e.insert(Credentials::load(&r.upstream)?),
+            };
+            let same = old
+                .and_then(|o| o.by_id(&r.id))
+                .filter(|t| t.route.upstream == r.upstream && t.instances[0].credentials() == &*credentials);
+            let slots = slots.get(r.upstream.name.as_str()).cloned();
+            all.push(Arc::new(Target::carry(r, config, metrics, credentials, same, slots)));
         }
-        let targets = config
-            .routes
-            .iter()
-            .map(|r| {
-                let credentials = Credentials::load(&r.upstream)?;
-                let same = olds().find(|t| {
-                    t.route.id == r.id
-                        && t.route.upstream == r.upstream
-                        && t.instances[0].credentials() == &credentials
-                });
-                let instances = match same {
-                    Some(t) => t.instances.clone(),
-                    None => r
-                        .upstream
-                        .urls
-                        .iter()
-                        .map(|url| {
-                            Transport::new(r.upstream.clone(), url, max, metrics, &r.id, credentials.clone())
-                        })
-                        .collect(),
-                };
-                let labels = RouteUpstreamLabels { route: r.id.clone(), upstream: r.upstream.name.clone() };
-                let breaker = metrics.upstream_breaker_open.get_or_create(&labels).clone();
-                let was_open = same.is_some_and(|t| t.breaker_was_open.load(Ordering::Acquire));
-                breaker.set(i64::from(was_open));
-                let limits = same
-                    .filter(|t| {
-                        t.route.rate_limit == r.rate_limit && t.route.tool_rate_limits == r.tool_rate_limits
-                    })
-                    .map(|t| t.limits.clone());
-                Ok(Arc::new(Target {
-                    route: r.clone(),
-                    instances,
-                    next: AtomicUsize::new(0),
-                    detected: same.map(|t| t.detected.clone()).unwrap_or_else(|| {
-                        Arc::new(Detected::new(r.upstream.generation, metrics.clone(), r))
-                    }),
-                    limits: limits.unwrap_or_else(|| {
-                        Arc::new(RateLimits::new(r, config.limits.max_rate_limit_keys, metrics))
-                    }),
-                    slots: slots.get(r.upstream.name.as_str()).cloned(),
-                    busy: metrics.upstream_busy.get_or_create(&labels).clone(),
-                    breaker,
-                    breaker_was_open: AtomicBool::new(was_open),
-                    counts: Counts::default(),
-                }))
-            })
-            .collect::<Result<Vec<_>, String>>()?;
-        Ok(Targets(targets))
+        Ok(Targets::index(all))
+    }
+
+    fn index(all: Vec<Arc<Target>>) -> Targets {
+        let mut by_id = HashMap::with_capacity(all.len());
+        let mut by_path: HashMap<String, Vec<Arc<Target>>> = HashMap::new();
+        for t in &all {
+            by_id.insert(t.route.id.clone(), t.clone());
+            by_path.entry(t.route.path.clone()).or_default().push(t.clone());
+        }
+        Targets { all, by_id, by_path }
     }
 
     /// The target serving `path` on `host` (the request's host, as
     /// [`crate::config::request_host`] gives it; only needed when
     /// [`Targets::by_host`]).
     pub fn get(&self, host: Option<&str>, path: &str) -> Option<&Arc<Target>> {
-        crate::config::route_for(&self.0, host, path, |t| &t.route)
+        crate::config::route_for(self.by_path.get(path)?, host, path, |t| &t.route)
     }
 
     /// The target whose route is `id` (as sealed or forwarded).
     pub fn by_id(&self, id: &str) -> Option<&Arc<Target>> {
-        self.0.iter().find(|t| t.route.id == id)
+        self.by_id.get(id)
     }
 
     /// Whether some route names a host (then lookups need the request's).
     pub fn by_host(&self) -> bool {
-        self.0.iter().any(|t| t.route.host.is_some())
+        self.all.iter().any(|t| t.route.host.is_some())
     }
 
     pub fn all(&self) -> impl Iterator<Item = &Arc<Target>> {
-        self.0.iter()
+        self.all.iter()
     }
 
     /// The health task: probes every down instance each interval and takes

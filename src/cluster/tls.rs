@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::io;
+use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -17,6 +18,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+use crate::config::file::{self, Kind};
 
 /// Time a connection to the internal listener gets to finish its TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -38,13 +41,17 @@ pub struct ClusterTls {
 
 /// Reads the PEM files named in `[cluster]`; errors name the file.
 pub fn load(cert: &str, key: &str, ca: &str, server_name: Option<&str>) -> Result<ClusterTls, String> {
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .and_then(|certs| certs.collect::<Result<_, _>>())
+    let read =
+        |name: &str, path: &str| file::read(Path::new(path), Kind::Tls).map_err(|e| format!("{name} {e}"));
+    let pem = read("tls_cert_file", cert)?;
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<_, _>>()
         .map_err(|e| format!("tls_cert_file {cert}: {e}"))?;
     if chain.is_empty() {
         return Err(format!("tls_cert_file {cert}: no certificate"));
     }
-    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| format!("tls_key_file {key}: {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(&read("tls_key_file", key)?)
+        .map_err(|e| format!("tls_key_file {key}: {e}"))?;
     let server = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
@@ -52,8 +59,8 @@ pub fn load(cert: &str, key: &str, ca: &str, server_name: Option<&str>) -> Resul
         .with_single_cert(chain, key)
         .map_err(|e| format!("tls_cert_file/tls_key_file: {e}"))?;
     let mut roots = rustls::RootCertStore::empty();
-    let cas = CertificateDer::pem_file_iter(ca).map_err(|e| format!("tls_ca_file {ca}: {e}"))?;
-    for der in cas {
+    let pem = read("tls_ca_file", ca)?;
+    for der in CertificateDer::pem_slice_iter(&pem) {
         let der = der.map_err(|e| format!("tls_ca_file {ca}: {e}"))?;
         roots.add(der).map_err(|e| format!("tls_ca_file {ca}: {e}"))?;
     }

@@ -13,6 +13,7 @@ use http::Uri;
 use jsonwebtoken::Algorithm;
 use serde::Deserialize;
 
+use super::file::Kind;
 use super::{at, ConfigError, Outside, Source};
 use crate::auth::keys::Keys;
 
@@ -92,7 +93,7 @@ pub type SecretSource = Source;
 impl SecretSource {
     /// The HS256 secret's bytes (trailing whitespace of a file trimmed).
     pub fn hs256_secret(&self) -> Result<Vec<u8>, String> {
-        hs256_bytes(&self.read()?)
+        hs256_bytes(&self.read(Kind::Secret)?)
     }
 }
 
@@ -143,8 +144,9 @@ fn policy(name: &str, a: &RawAuth, text: &str, outside: &Outside) -> Result<Auth
             only(&["keys_file"])?;
             let path = a.keys_file.as_ref().ok_or_else(|| err("needs `keys_file`".into()))?;
             let what = format!("auth.{name} API key file");
-            let text =
-                outside.read(&what, Source::File(path.into())).map_err(|e| err(format!("keys_file {e}")))?;
+            let text = outside
+                .read(&what, Source::File(path.into()), Kind::ApiKeys)
+                .map_err(|e| err(format!("keys_file {e}")))?;
             // Missing (check-config only): the policy is checked without its keys.
             let keys = text.as_deref().map(Keys::parse).transpose();
             AuthKind::ApiKeys(keys.map_err(|e| err(format!("keys_file {path}: {e}")))?.unwrap_or_default())
@@ -227,8 +229,9 @@ fn jwt(
         (Some(_), Some(_)) => return Err(err("one of jwks_file and jwks_url".into())),
         (Some(file), None) => {
             let what = format!("auth.{name} JWKS file");
-            let body =
-                outside.read(&what, Source::File(file.into())).map_err(|e| err(format!("jwks_file {e}")))?;
+            let body = outside
+                .read(&what, Source::File(file.into()), Kind::Jwks)
+                .map_err(|e| err(format!("jwks_file {e}")))?;
             if let Some(body) = body {
                 let keys = crate::auth::jwks::parse_jwks(body.as_bytes(), &algorithms)
                     .map_err(|e| err(format!("jwks_file {file}: {e}")))?;
@@ -261,8 +264,9 @@ fn jwt(
     // Read last: what the file itself says is checked first.
     if let Some(source) = &hs256_secret {
         let what = format!("auth.{name} HS256 secret");
-        if let Some(raw) =
-            outside.read(&what, source.clone()).map_err(|e| err(format!("hs256 secret: {e}")))?
+        if let Some(raw) = outside
+            .read(&what, source.clone(), Kind::Secret)
+            .map_err(|e| err(format!("hs256 secret: {e}")))?
         {
             hs256_bytes(&raw).map_err(err)?;
         }

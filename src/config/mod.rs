@@ -2,10 +2,12 @@
 //! runtime table, or the same table built from `--upstream`.
 
 mod check;
+pub mod file;
 mod outside;
 mod raw;
 pub mod secret;
 
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -363,7 +365,7 @@ fn route_host(h: &str, text: &str) -> Result<String, ConfigError> {
 }
 
 fn read_file(path: &Path) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path).map_err(|e| ConfigError(format!("{}: {e}", path.display())))
+    file::read_to_string(path, file::Kind::Routing).map_err(|e| ConfigError(e.to_string()))
 }
 
 fn parse(text: &str) -> Result<RawConfig, ConfigError> {
@@ -394,23 +396,7 @@ fn validate(raw: RawConfig, text: &str, outside: &Outside) -> Result<Config, Con
     let upstreams =
         raw.upstreams.iter().map(|u| upstream(u, text, outside)).collect::<Result<Vec<_>, _>>()?;
     let server_cors = raw.server.cors.as_ref().map(|c| cors(c, text)).transpose()?;
-    if raw.routes.is_empty() {
-        return Err(ConfigError("no routes: add a [[routes]] table".into()));
-    }
-    let mut routes = Vec::new();
-    for r in &raw.routes {
-        let mut route = route(r, &upstreams, &policies, text)?;
-        route.cors = match &r.cors {
-            Some(c) => Some(cors(c, text)?),
-            None => server_cors.clone(),
-        };
-        routes.push(Arc::new(route));
-    }
-    for (i, r) in routes.iter().enumerate() {
-        if routes[..i].iter().any(|o| o.id == r.id) {
-            return Err(ConfigError(format!("{}duplicate route `{}`", at(text, &r.path), r.id)));
-        }
-    }
+    let routes = routes(&raw.routes, &upstreams, &policies, server_cors.as_ref(), text)?;
     let connections = conn_limits(&raw.server, &raw.limits, text)?;
     let max_body_bytes = raw.limits.max_body_bytes.unwrap_or(4 << 20);
     let max_buffered_body_bytes = raw.limits.max_buffered_body_bytes.unwrap_or(256 << 20);
@@ -480,7 +466,40 @@ fn validate(raw: RawConfig, text: &str, outside: &Outside) -> Result<Config, Con
     })
 }
 
-/// `[server.tls]`: the pair is read now, so that `check-config` finds a bad file.
+/// The routes, each id once. Upstreams and policies are looked up by name
+/// in maps, so that a file of tens of thousands of routes loads in linear
+/// time (the first upstream of a name wins, as it always has).
+fn routes(
+    raw: &[raw::RawRoute],
+    upstreams: &[Upstream],
+    policies: &[Arc<AuthPolicy>],
+    server_cors: Option<&Arc<crate::cors::Cors>>,
+    text: &str,
+) -> Result<Vec<Arc<Route>>, ConfigError> {
+    if raw.is_empty() {
+        return Err(ConfigError("no routes: add a [[routes]] table".into()));
+    }
+    let mut by_name: HashMap<&str, &Upstream> = HashMap::new();
+    for u in upstreams {
+        by_name.entry(u.name.as_str()).or_insert(u);
+    }
+    let policies: HashMap<&str, &Arc<AuthPolicy>> = policies.iter().map(|p| (p.name.as_str(), p)).collect();
+    let mut ids = HashSet::new();
+    let mut routes = Vec::with_capacity(raw.len());
+    for r in raw {
+        let mut route = route(r, &by_name, &policies, text)?;
+        if !ids.insert(route.id.clone()) {
+            return Err(ConfigError(format!("{}duplicate route `{}`", at(text, &r.path), route.id)));
+        }
+        route.cors = match &r.cors {
+            Some(c) => Some(cors(c, text)?),
+            None => server_cors.cloned(),
+        };
+        routes.push(Arc::new(route));
+    }
+    Ok(routes)
+}
+
 /// `[server.tls]`: the pair loaded; `None` when a file is missing and
 /// `outside` does not require it (`check-config`).
 fn server_tls(
@@ -489,8 +508,10 @@ fn server_tls(
     outside: &Outside,
 ) -> Result<Option<crate::tls::ServerTls>, ConfigError> {
     let err = |e: String| ConfigError(format!("{}server.tls: {e}", at(text, "cert_file")));
-    let cert = outside.file("listener TLS certificate (server.tls.cert_file)", &t.cert_file).map_err(err)?;
-    let key = outside.file("listener TLS key (server.tls.key_file)", &t.key_file).map_err(err)?;
+    let cert = outside.file("listener TLS certificate (server.tls.cert_file)", &t.cert_file);
+    let cert = cert.map_err(|e| err(format!("cert_file {e}")))?;
+    let key = outside.file("listener TLS key (server.tls.key_file)", &t.key_file);
+    let key = key.map_err(|e| err(format!("key_file {e}")))?;
     if !(cert && key) {
         return Ok(None);
     }
@@ -677,7 +698,7 @@ fn upstream_headers(
             return Err(err("named twice"));
         }
         let what = format!("upstream `{}` header {parsed}", u.name);
-        if let Some(value) = outside.read(&what, source.clone()).map_err(|e| err(&e))? {
+        if let Some(value) = outside.read(&what, source.clone(), file::Kind::Secret).map_err(|e| err(&e))? {
             secret::Secret::new(&value).map_err(|why| err(&format!("the value {why}")))?;
         }
         out.push(UpstreamHeader { name: parsed, source });
@@ -746,8 +767,8 @@ fn instance_url(url: &str, text: &str) -> Result<Uri, ConfigError> {
 
 fn route(
     r: &raw::RawRoute,
-    upstreams: &[Upstream],
-    policies: &[Arc<AuthPolicy>],
+    upstreams: &HashMap<&str, &Upstream>,
+    policies: &HashMap<&str, &Arc<AuthPolicy>>,
     text: &str,
 ) -> Result<Route, ConfigError> {
     let host = r.host.as_deref().map(|h| route_host(h, text)).transpose()?;
@@ -767,9 +788,8 @@ fn route(
     if !r.path.starts_with('/') || matches!(r.path.as_str(), "/metrics" | "/healthz" | "/readyz") {
         return Err(ConfigError(format!("{}invalid route path `{}`", at(text, &r.path), r.path)));
     }
-    let upstream = upstreams
-        .iter()
-        .find(|u| u.name == r.upstream)
+    let upstream = *upstreams
+        .get(r.upstream.as_str())
         .ok_or_else(|| ConfigError(format!("{}unknown upstream `{}`", at(text, &r.upstream), r.upstream)))?;
     let cache_scope = match r.cache_scope.as_deref() {
         None | Some("private") => CacheScope::Private,
@@ -781,15 +801,15 @@ fn route(
             )))
         }
     };
-    let auth =
-        match &r.auth {
-            None => None,
-            Some(name) => {
-                Some(policies.iter().find(|p| &p.name == name).cloned().ok_or_else(|| {
-                    ConfigError(format!("{}unknown auth policy `{name}`", at(text, "auth")))
-                })?)
-            }
-        };
+    let auth = match &r.auth {
+        None => None,
+        Some(name) => Some(
+            policies
+                .get(name.as_str())
+                .map(|p| Arc::clone(p))
+                .ok_or_else(|| ConfigError(format!("{}unknown auth policy `{name}`", at(text, "auth"))))?,
+        ),
+    };
     if let Some(aud) = &upstream.forward_authorization {
         let jwt_audience = auth.as_ref().and_then(|p| match &p.kind {
             AuthKind::Jwt(j) => Some(j.audience.as_str()),
@@ -921,7 +941,7 @@ fn cluster(
         }
     };
     let secret = outside
-        .read("cluster secret", source)
+        .read("cluster secret", source, file::Kind::Secret)
         .map_err(|e| ConfigError(format!("{where_}cluster secret: {e}")))?;
     let secrets: Vec<Vec<u8>> =
         secret.iter().flat_map(|s| s.split(',')).map(|s| s.trim().as_bytes().to_vec()).collect();
@@ -994,8 +1014,9 @@ fn load_key(k: &raw::RawKey, text: &str, outside: &Outside) -> Result<Option<Sea
         }
     };
     let what = format!("sealing key `{}`", k.id);
-    let Some(encoded) =
-        outside.read(&what, source).map_err(|e| ConfigError(format!("{where_}{what}: {e}")))?
+    let Some(encoded) = outside
+        .read(&what, source, file::Kind::Secret)
+        .map_err(|e| ConfigError(format!("{where_}{what}: {e}")))?
     else {
         return Ok(None);
     };

@@ -4,30 +4,33 @@
 //! checked by one code path whether they are there or not: the gateway
 //! (`Outside::required`) fails on the first one missing, `check-config`
 //! (`Outside::optional`) lists them and checks the file without them. What
-//! is present is checked in both cases; no value is ever printed.
+//! is present is checked in both cases; no value is ever printed. Files
+//! are read by `super::file`: regular files only, each kind up to its cap.
 
 use std::cell::RefCell;
-use std::path::PathBuf;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use super::file::{self, Kind};
 
 /// Where a value the file names comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Source {
     Env(String),
     File(PathBuf),
 }
 
 impl Source {
-    /// The value, or why it cannot be had (never the value itself).
-    pub fn read(&self) -> Result<String, String> {
+    /// The value (a file read as `kind`), or why it cannot be had (never
+    /// the value itself).
+    pub fn read(&self, kind: Kind) -> Result<String, String> {
         match self {
             Source::Env(name) => match std::env::var(name) {
                 Ok(v) if !v.is_empty() => Ok(v),
                 Ok(_) => Err(format!("environment variable {name} is empty")),
                 Err(_) => Err(format!("environment variable {name} is not set")),
             },
-            Source::File(path) => {
-                std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
-            }
+            Source::File(path) => file::read_to_string(path, kind).map_err(|e| e.to_string()),
         }
     }
 }
@@ -57,23 +60,25 @@ pub struct Need {
 pub struct Outside {
     required: bool,
     needs: RefCell<Vec<Need>>,
+    /// What `needs` holds already (a file of many upstreams names one per header).
+    recorded: RefCell<HashSet<(String, Source)>>,
 }
 
 impl Outside {
     /// For running the gateway: anything missing is an error.
     pub fn required() -> Outside {
-        Outside { required: true, needs: RefCell::default() }
+        Outside { required: true, needs: RefCell::default(), recorded: RefCell::default() }
     }
 
     /// For `check-config`: anything missing is listed, not an error.
     pub fn optional() -> Outside {
-        Outside { required: false, needs: RefCell::default() }
+        Outside { required: false, needs: RefCell::default(), recorded: RefCell::default() }
     }
 
-    /// Reads `source` for `what`: `Ok(None)` when it is missing and not
-    /// required; the error names it, never its value.
-    pub fn read(&self, what: &str, source: Source) -> Result<Option<String>, String> {
-        let value = source.read();
+    /// Reads `source` (a file read as `kind`) for `what`: `Ok(None)` when
+    /// it is missing and not required; the error names it, never its value.
+    pub fn read(&self, what: &str, source: Source, kind: Kind) -> Result<Option<String>, String> {
+        let value = source.read(kind);
         let missing = value.as_ref().err().cloned();
         self.record(what, source, false, missing.clone());
         match value {
@@ -83,9 +88,9 @@ impl Outside {
         }
     }
 
-    /// Whether the file at `path` is there (it is read by its user).
+    /// Whether a regular file is at `path` (it is read by its user).
     pub fn file(&self, what: &str, path: &str) -> Result<bool, String> {
-        let missing = std::fs::metadata(path).err().map(|e| format!("{path}: {e}"));
+        let missing = file::check(Path::new(path)).err().map(|e| e.to_string());
         let present = missing.is_none();
         self.record(what, Source::File(path.into()), false, missing.clone());
         match missing {
@@ -112,9 +117,8 @@ impl Outside {
     }
 
     fn record(&self, what: &str, source: Source, optional: bool, missing: Option<String>) {
-        let mut needs = self.needs.borrow_mut();
-        if !needs.iter().any(|n| n.source == source && n.what == what) {
-            needs.push(Need { what: what.to_string(), source, optional, missing });
+        if self.recorded.borrow_mut().insert((what.to_string(), source.clone())) {
+            self.needs.borrow_mut().push(Need { what: what.to_string(), source, optional, missing });
         }
     }
 }

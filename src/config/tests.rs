@@ -235,3 +235,42 @@ fn cors_origins_are_bare_and_a_wildcard_goes_without_credentials() {
     assert!(Config::from_toml(&with("allowed_origins = []")).is_err());
     assert!(Config::from_toml(GOOD).unwrap().routes[0].cors.is_none(), "off by default");
 }
+
+#[test]
+fn every_file_the_config_names_must_be_a_regular_file_and_errors_name_its_key() {
+    let dir = std::env::temp_dir().join(format!("sessionless-unit-config-files-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (fifo, d) = (dir.join("fifo"), dir.display());
+    let _ = std::fs::remove_file(&fifo);
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let cases = [
+        (format!("{GOOD}\n[[keys]]\nid = \"k1\"\nfile = \"{d}\"\n"), "sealing key `k1`", "a directory"),
+        (
+            upstream_with("headers = { X-Api-Key = { value_file = \"/dev/zero\" } }"),
+            "header `X-Api-Key`",
+            "a device",
+        ),
+        (
+            format!(
+                "{GOOD}auth = \"users\"\n\n[auth.users]\ntype = \"jwt\"\nissuer = \"https://idp\"\n\
+                 audience = \"https://api.test\"\njwks_file = \"{}\"\n",
+                fifo.display()
+            ),
+            "auth.users: jwks_file",
+            "a FIFO",
+        ),
+        (
+            GOOD.replace(
+                "9999\"\n",
+                &format!("9999\"\n\n[server.tls]\ncert_file = \"{d}\"\nkey_file = \"{d}\"\n"),
+            ),
+            "server.tls: cert_file",
+            "a directory",
+        ),
+    ];
+    for (text, key, why) in cases {
+        let err = Config::from_toml(&text).unwrap_err().0;
+        assert!(err.contains(key) && err.contains(&format!("not a regular file ({why})")), "{err}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

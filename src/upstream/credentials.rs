@@ -35,7 +35,7 @@ impl Credentials {
             .iter()
             .map(|h| {
                 let err = |why: String| format!("upstream `{}`: header {}: {why}", upstream.name, h.name);
-                let raw = h.source.read().map_err(err)?;
+                let raw = h.source.read(crate::config::file::Kind::Secret).map_err(err)?;
                 let value = Secret::new(&raw).map_err(|why| err(format!("the value {why}")))?;
                 Ok((h.name.clone(), value))
             })
