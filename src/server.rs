@@ -391,7 +391,11 @@ impl Gateway {
         };
         // The one strict read of the body: every later step reads it, and a
         // body it refuses goes nowhere, whichever generation sent it.
-        let message = match front::strict::read(&body) {
+        // A 2026 client's `params` is built as a tree in the same walk (the
+        // translating cell carries it on); a legacy client's is not needed.
+        let trees = front::generation::by_headers(&parts.headers) != ByHeaders::Legacy;
+        let read = if trees { front::strict::read_tree(&body) } else { front::strict::read(&body) };
+        let message = match read {
             Ok(message) => message,
             Err(refusal) => {
                 let client = front::generation::of_headers(&parts.headers);
@@ -428,11 +432,14 @@ impl Gateway {
                 return resp;
             }
         }
-        // What a legacy client's message is: read here for both legacy cells.
-        let peeked = match generation {
-            Generation::Modern => None,
+        // What the message is, for the cells of its generation: validated
+        // from the strict read, never parsed again.
+        let read = match generation {
+            Generation::Modern if trees => Read::Modern(front::parse_read(&parts.headers, message)),
+            // A legacy version header with a 2026 `_meta` marker: read again, with the tree.
+            Generation::Modern => Read::Modern(front::parse(&parts.headers, &body)),
             Generation::Legacy => match front::legacy::Peeked::of(&message) {
-                Ok(peek) => Some(peek),
+                Ok(peek) => Read::Legacy(peek),
                 Err(e) => return self.reject_as(generation, &target, None, &e, started),
             },
         };
@@ -444,24 +451,25 @@ impl Gateway {
                 return self.reject_as(generation, &target, id.as_ref(), &e, started);
             }
         };
-        match Cell::of(generation, upstream, target.translates_legacy()) {
-            cell @ (Cell::ModernLegacy | Cell::ModernModern) => {
-                Box::pin(self.dispatch(cell, target, retired, caller, admission, started)).await
+        match (Cell::of(generation, upstream, target.translates_legacy()), read) {
+            (cell @ (Cell::ModernLegacy | Cell::ModernModern), Read::Modern(parsed)) => {
+                let modern = ModernCall { cell, retired, parsed };
+                Box::pin(self.dispatch(modern, target, caller, admission, started)).await
             }
-            Cell::LegacyModern => {
-                let peeked = peeked.expect("a legacy client's message is peeked");
+            (Cell::LegacyModern, Read::Legacy(peeked)) => {
                 Box::pin(self.translate(target, caller, peeked, admission, started)).await
             }
-            Cell::LegacyLegacy => {
+            (Cell::LegacyLegacy, Read::Legacy(peeked)) => {
                 // The relay never forwards the body again: its budget share
                 // goes back once the body is sent, not when a streamed
                 // answer ends (the body itself is dropped then too).
                 let Admission { _call: permit, _body: share } = admission;
-                let peeked = peeked.expect("a legacy client's message is peeked");
                 let held = Held { permits: Box::new(permit), body: share };
                 let post = self.legacy_legacy.post(&target, upstream, caller, peeked, held, started);
                 Box::pin(post).await
             }
+            // `Cell::of` takes the client's generation from the message.
+            (_, _) => self.reject_as(generation, &target, None, &Error::Internal("cell".into()), started),
         }
     }
 
@@ -581,17 +589,17 @@ impl Gateway {
         Ok(self.run(target, *call, caller, admission, started).await)
     }
 
-    /// Parses a modern request and runs it to its answer on its cell.
+    /// Runs a modern request, as the front door read it, to its answer on its cell.
     async fn dispatch(
         self: Arc<Self>,
-        cell: Cell,
+        modern: ModernCall,
         target: Arc<Target>,
-        retired: bool,
         caller: Caller,
         admission: Admission,
         started: Instant,
     ) -> Response<Body> {
-        let call = match front::parse(&caller.headers, &caller.body) {
+        let ModernCall { cell, retired, parsed } = modern;
+        let call = match parsed {
             Ok(Message::Notification) => return reply::empty(StatusCode::ACCEPTED),
             Ok(Message::Call(call)) => *call,
             Err(rej) => return self.reject(&target, rej.id.as_ref(), &rej.error, started),
@@ -722,6 +730,21 @@ impl Gateway {
             }
         }
     }
+}
+
+/// What the front door made of a POST, for the cells of its generation.
+enum Read {
+    Modern(Result<Message, front::Rejection>),
+    Legacy(front::legacy::Peeked),
+}
+
+/// A modern request on its way to its cell: which cell, whether its route
+/// was removed by a reload (only retries of parked calls are served), and
+/// the call as read.
+struct ModernCall {
+    cell: Cell,
+    retired: bool,
+    parsed: Result<Message, front::Rejection>,
 }
 
 /// Where finished requests go: an OTLP exporter when one is configured.

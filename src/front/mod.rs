@@ -132,24 +132,6 @@ fn reject(id: &Option<Value>, error: Error) -> Rejection {
     Rejection { id: id.clone(), error }
 }
 
-/// A well-formed request read without a tree for the envelope: `jsonrpc`
-/// and `method` are borrowed from the body. Anything unusual (a missing,
-/// null or odd id, escapes in those strings, a repeated member, a response,
-/// invalid JSON) fails here and takes the general path, which says what is wrong.
-#[derive(serde::Deserialize)]
-struct Envelope<'a> {
-    #[serde(borrow)]
-    jsonrpc: Option<&'a str>,
-    id: Option<Value>,
-    #[serde(borrow)]
-    method: Option<&'a str>,
-    /// Absent is empty; `null` is not an object (and fails here).
-    #[serde(default)]
-    params: Map<String, Value>,
-    result: Option<serde::de::IgnoredAny>,
-    error: Option<serde::de::IgnoredAny>,
-}
-
 /// The request id of a body, when it is a string or a number: for errors
 /// answered before the body is parsed (no tree is built for anything else).
 pub fn request_id(body: &[u8]) -> Option<Value> {
@@ -165,49 +147,50 @@ pub fn request_id(body: &[u8]) -> Option<Value> {
     }
 }
 
-/// Parses and validates one POST body with its headers.
+/// Parses and validates one POST body with its headers: the strict read
+/// ([`strict::read_tree`]), then [`parse_read`].
 pub fn parse(headers: &HeaderMap, body: &[u8]) -> Result<Message, Rejection> {
-    if let Ok(Envelope {
-        jsonrpc: Some("2.0"),
-        id: Some(id @ (Value::String(_) | Value::Number(_))),
-        method: Some(method),
-        params,
-        result: None,
-        error: None,
-    }) = serde_json::from_slice::<Envelope<'_>>(body)
-    {
-        return validate(headers, Some(id), method, params);
+    match strict::read_tree(body) {
+        Ok(read) => parse_read(headers, read),
+        Err(refusal) => Err(Rejection { id: request_id(body), error: refusal.error() }),
     }
-    let value: Value = serde_json::from_slice(body).map_err(|_| reject(&None, Error::Parse))?;
-    let Value::Object(mut obj) = value else {
-        let what = if value.is_array() { "batching is not supported" } else { "not an object" };
+}
+
+/// Validates a message the strict reader read with its `params` tree
+/// ([`strict::read_tree`]): nothing of the body is parsed again.
+pub fn parse_read(headers: &HeaderMap, read: strict::Message<'_>) -> Result<Message, Rejection> {
+    let shape = read.shape;
+    let Some(item) = read.items.into_iter().next().filter(|_| shape == strict::Shape::Object) else {
+        let what = if shape == strict::Shape::Batch { "batching is not supported" } else { "not an object" };
         return Err(reject(&None, Error::InvalidRequest(what.into())));
     };
-    let id = match obj.remove("id") {
-        None => None,
-        Some(id @ (Value::String(_) | Value::Number(_))) => Some(id),
-        Some(_) => return Err(reject(&None, Error::InvalidRequest("invalid id".into()))),
+    let id = match item.id {
+        strict::Id::Absent => None,
+        strict::Id::Usable(id) => Some(id),
+        strict::Id::Null | strict::Id::Other => {
+            return Err(reject(&None, Error::InvalidRequest("invalid id".into())))
+        }
     };
-    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+    if item.jsonrpc.as_deref() != Some("2.0") {
         return Err(reject(&id, Error::InvalidRequest("jsonrpc must be \"2.0\"".into())));
     }
-    let Some(Value::String(method)) = obj.remove("method") else {
-        let what = if obj.contains_key("result") || obj.contains_key("error") {
-            "clients must not send responses"
-        } else {
-            "missing method"
-        };
+    let Some(method) = item.method else {
+        let what = if item.answer { "clients must not send responses" } else { "missing method" };
         return Err(reject(&id, Error::InvalidRequest(what.into())));
     };
-    let params = match obj.remove("params") {
-        None => Map::new(),
-        Some(Value::Object(p)) => p,
-        Some(_) => return Err(reject(&id, Error::invalid_params("params must be an object"))),
+    let params = match (item.params, item.tree) {
+        (strict::Params::Absent, _) => Map::new(),
+        (strict::Params::Object, Some(tree)) => tree,
+        (strict::Params::Object, None) => {
+            return Err(reject(&id, Error::Internal("params read without its tree".into())))
+        }
+        (strict::Params::Other, _) => {
+            return Err(reject(&id, Error::invalid_params("params must be an object")))
+        }
     };
-    let Some(id) = id else {
+    if id.is_none() {
         return Ok(Message::Notification);
-    };
-    let id = Some(id);
+    }
     validate(headers, id, &method, params)
 }
 

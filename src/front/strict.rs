@@ -21,7 +21,7 @@ use std::collections::HashSet;
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde_json::{Number, Value};
+use serde_json::{Map, Number, Value};
 
 use super::meta::PROTOCOL_VERSION;
 use crate::error::Error;
@@ -125,6 +125,9 @@ pub struct Item<'a> {
     pub meta_version: Option<Cow<'a, str>>,
     /// That member, of any type: a 2026-07-28 marker (DESIGN §9).
     pub has_meta_version: bool,
+    /// `params` as a tree, when the read was asked to build it ([`read_tree`])
+    /// and it is an object: what a translated call carries on.
+    pub tree: Option<Map<String, Value>>,
 }
 
 impl Item<'_> {
@@ -163,9 +166,20 @@ impl<'a> Message<'a> {
 
 /// Reads a client body under the rules above, walking every byte once.
 pub fn read(body: &[u8]) -> Result<Message<'_>, Refusal> {
-    let mut walk = Walk { refusal: None, items: Vec::new(), current: Item::default(), batch: false };
+    walk(body, false)
+}
+
+/// [`read`], building each message's `params` as a tree in the same walk
+/// ([`Item::tree`]): a 2026 client's call is read once, not validated here
+/// and parsed again.
+pub fn read_tree(body: &[u8]) -> Result<Message<'_>, Refusal> {
+    walk(body, true)
+}
+
+fn walk(body: &[u8], trees: bool) -> Result<Message<'_>, Refusal> {
+    let mut walk = Walk { refusal: None, items: Vec::new(), current: Item::default(), batch: false, trees };
     let mut de = serde_json::Deserializer::from_slice(body);
-    let found = Node { walk: &mut walk, depth: 0, place: Place::Top }
+    let found = Node { walk: &mut walk, depth: 0, place: Place::Top, build: false }
         .deserialize(&mut de)
         .and_then(|found| de.end().map(|()| found));
     match (found, walk.refusal) {
@@ -210,6 +224,8 @@ struct Walk<'de> {
     /// The message being walked.
     current: Item<'de>,
     batch: bool,
+    /// Whether `params` is built as a tree.
+    trees: bool,
 }
 
 /// Where in the message a value sits: what is read of it, and whether its
@@ -247,7 +263,8 @@ impl Place {
     }
 }
 
-/// What kind of value was walked, with the scalars the envelope reads.
+/// What kind of value was walked, with the scalars the envelope reads; or
+/// the value itself, where a tree is built.
 enum Found<'de> {
     Null,
     Bool,
@@ -255,22 +272,38 @@ enum Found<'de> {
     Str(Cow<'de, str>),
     Array,
     Object,
+    Tree(Value),
 }
 
 impl<'de> Found<'de> {
-    fn into_str(self) -> Option<Cow<'de, str>> {
+    fn str(&self) -> Option<Cow<'de, str>> {
         match self {
-            Found::Str(s) => Some(s),
+            Found::Str(s) => Some(s.clone()),
+            Found::Tree(Value::String(s)) => Some(Cow::Owned(s.clone())),
             _ => None,
         }
     }
 
-    fn into_id(self) -> Id {
+    fn id(&self) -> Id {
         match self {
             Found::Null => Id::Null,
-            Found::Str(s) => Id::Usable(Value::String(s.into_owned())),
-            Found::Number(n) => Id::Usable(Value::Number(n)),
+            Found::Str(s) => Id::Usable(Value::String(s.to_string())),
+            Found::Number(n) => Id::Usable(Value::Number(n.clone())),
             _ => Id::Other,
+        }
+    }
+
+    fn is_object(&self) -> bool {
+        matches!(self, Found::Object | Found::Tree(Value::Object(_)))
+    }
+
+    /// The value of a member of a tree being built.
+    fn into_value(self) -> Value {
+        match self {
+            Found::Tree(v) => v,
+            Found::Null => Value::Null,
+            // Only trees are built below a tree: nothing else reaches here.
+            _ => Value::Null,
         }
     }
 }
@@ -281,6 +314,8 @@ struct Node<'w, 'de> {
     /// Arrays and objects around this value.
     depth: usize,
     place: Place,
+    /// Whether this value is built as a tree (it is `params` or inside it).
+    build: bool,
 }
 
 impl<'de> DeserializeSeed<'de> for Node<'_, 'de> {
@@ -306,7 +341,8 @@ impl<'de> Node<'_, 'de> {
     }
 
     fn child(&mut self, place: Place, depth: usize) -> Node<'_, 'de> {
-        Node { walk: self.walk, depth, place }
+        let build = self.build || (place == Place::Params && self.walk.trees);
+        Node { walk: self.walk, depth, place, build }
     }
 }
 
@@ -318,35 +354,39 @@ impl<'de> Visitor<'de> for Node<'_, 'de> {
     }
 
     fn visit_unit<E>(self) -> Result<Found<'de>, E> {
-        Ok(Found::Null)
+        Ok(if self.build { Found::Tree(Value::Null) } else { Found::Null })
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<Found<'de>, E> {
-        Ok(Found::Bool)
+    fn visit_bool<E>(self, b: bool) -> Result<Found<'de>, E> {
+        Ok(if self.build { Found::Tree(Value::Bool(b)) } else { Found::Bool })
     }
 
     fn visit_u64<E>(self, n: u64) -> Result<Found<'de>, E> {
-        Ok(Found::Number(n.into()))
+        Ok(self.number(n.into()))
     }
 
     fn visit_i64<E>(self, n: i64) -> Result<Found<'de>, E> {
-        Ok(Found::Number(n.into()))
+        Ok(self.number(n.into()))
     }
 
     fn visit_f64<E: de::Error>(mut self, n: f64) -> Result<Found<'de>, E> {
         // serde_json refuses an infinite number itself; this is the guard.
         match Number::from_f64(n) {
-            Some(n) => Ok(Found::Number(n)),
+            Some(n) => Ok(self.number(n)),
             None => Err(self.refuse(Refusal::Malformed("a number outside the range of a double"))),
         }
     }
 
     fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Found<'de>, E> {
-        Ok(Found::Str(Cow::Borrowed(s)))
+        Ok(if self.build { Found::Tree(Value::String(s.to_owned())) } else { Found::Str(Cow::Borrowed(s)) })
     }
 
     fn visit_str<E>(self, s: &str) -> Result<Found<'de>, E> {
-        Ok(Found::Str(Cow::Owned(s.to_owned())))
+        Ok(if self.build {
+            Found::Tree(Value::String(s.to_owned()))
+        } else {
+            Found::Str(Cow::Owned(s.to_owned()))
+        })
     }
 
     fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<Found<'de>, A::Error> {
@@ -354,14 +394,18 @@ impl<'de> Visitor<'de> for Node<'_, 'de> {
         let top = self.place == Place::Top;
         let place = if top { Place::BatchItem } else { Place::Inside };
         self.walk.batch |= top;
+        let mut tree = self.build.then(Vec::new);
         while let Some(found) = seq.next_element_seed(self.child(place, depth))? {
             // A batch element that is not an object is a message still (an
             // invalid one); an object pushed itself.
             if top && !matches!(found, Found::Object) {
                 self.walk.items.push(Item::default());
             }
+            if let Some(tree) = &mut tree {
+                tree.push(found.into_value());
+            }
         }
-        Ok(Found::Array)
+        Ok(tree.map_or(Found::Array, |t| Found::Tree(Value::Array(t))))
     }
 
     fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Found<'de>, A::Error> {
@@ -372,6 +416,7 @@ impl<'de> Visitor<'de> for Node<'_, 'de> {
             self.walk.current = Item { object: true, ..Item::default() };
         }
         let mut names = Names::default();
+        let mut tree = self.build.then(Map::new);
         while let Some(name) = map.next_key_seed(NameSeed)? {
             if let Some(place) = unique {
                 if !names.insert(name.clone()) {
@@ -380,39 +425,57 @@ impl<'de> Visitor<'de> for Node<'_, 'de> {
                 }
             }
             let found = map.next_value_seed(self.child(self.place.member(&name), depth))?;
-            self.keep(&name, found);
+            self.keep(&name, &found);
+            match (&mut tree, found) {
+                (Some(tree), found) => {
+                    tree.insert(name.into_owned(), found.into_value());
+                }
+                (None, Found::Tree(Value::Object(params))) if envelope && name == "params" => {
+                    self.walk.current.tree = Some(params);
+                }
+                (None, _) => {}
+            }
         }
         if envelope {
             let item = std::mem::take(&mut self.walk.current);
             self.walk.items.push(item);
         }
-        Ok(Found::Object)
+        Ok(tree.map_or(Found::Object, |t| Found::Tree(Value::Object(t))))
     }
 }
 
 impl<'de> Node<'_, 'de> {
     /// Keeps what the gateway reads of a member just walked, in the message
     /// being walked (messages never nest: only a body or a batch element is one).
-    fn keep(&mut self, name: &str, found: Found<'de>) {
+    fn keep(&mut self, name: &str, found: &Found<'de>) {
         let item = &mut self.walk.current;
         match (self.place, name) {
-            (Place::Top | Place::BatchItem, "jsonrpc") => item.jsonrpc = found.into_str(),
-            (Place::Top | Place::BatchItem, "id") => item.id = found.into_id(),
+            (Place::Top | Place::BatchItem, "jsonrpc") => item.jsonrpc = found.str(),
+            (Place::Top | Place::BatchItem, "id") => item.id = found.id(),
             (Place::Top | Place::BatchItem, "method") => {
                 item.has_method = true;
-                item.method = found.into_str();
+                item.method = found.str();
             }
             (Place::Top | Place::BatchItem, "result" | "error") => item.answer = true,
             (Place::Top | Place::BatchItem, "params") => {
-                item.params = if matches!(found, Found::Object) { Params::Object } else { Params::Other };
+                item.params = if found.is_object() { Params::Object } else { Params::Other };
             }
-            (Place::Params, "name") => item.name = found.into_str(),
-            (Place::Params, "uri") => item.uri = found.into_str(),
+            (Place::Params, "name") => item.name = found.str(),
+            (Place::Params, "uri") => item.uri = found.str(),
             (Place::Meta, PROTOCOL_VERSION) => {
                 item.has_meta_version = true;
-                item.meta_version = found.into_str();
+                item.meta_version = found.str();
             }
             _ => {}
+        }
+    }
+
+    /// A scalar number, as a tree where one is built.
+    fn number(&self, n: Number) -> Found<'de> {
+        if self.build {
+            Found::Tree(Value::Number(n))
+        } else {
+            Found::Number(n)
         }
     }
 }

@@ -145,15 +145,21 @@ fn log_level_and_progress_token_are_read() {
 fn unusual_envelopes_take_the_general_path() {
     let h = modern_headers("tools/list", None);
     let meta = r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}"#;
-    // Escapes in the method, a repeated member (the last one counts), other members.
+    // Escapes in the method, other members.
     for ok in [
         format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools\/list","params":{meta}}}"#),
-        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"x","method":"tools/list","params":{meta}}}"#),
         format!(r#"{{"jsonrpc":"2.0","id":"a","method":"tools/list","params":{meta},"extra":[1]}}"#),
     ] {
         let Message::Call(call) = parse(&h, ok.as_bytes()).expect(&ok) else { panic!("{ok}") };
         assert_eq!(call.method, Method::ToolsList, "{ok}");
     }
+    // A repeated member is refused (parsers differ on which one counts), the id echoed.
+    let twice = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"x","method":"tools/list","params":{meta}}}"#);
+    let r = rejected(&h, twice.as_bytes());
+    assert_eq!((rpc_code(&r), r.id.clone()), (code::INVALID_REQUEST, Some(json!(1))));
+    // Out of I-JSON: a parse error.
+    let big = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{meta},"x":1e400}}"#);
+    assert_eq!(rpc_code(&rejected(&h, big.as_bytes())), code::PARSE_ERROR);
     let r = rejected(&h, br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":null}"#);
     assert_eq!((rpc_code(&r), r.id.clone()), (code::INVALID_PARAMS, Some(json!(1))));
     let r = rejected(&h, br#"{"jsonrpc":"2.0","id":null,"method":"tools/list","params":{}}"#);

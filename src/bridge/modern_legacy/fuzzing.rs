@@ -123,7 +123,15 @@ impl Seals {
     /// A freshly sealed cursor that [`Seals::open_cursor`] accepts.
     pub fn seal_cursor(&self) -> String {
         let wire = SessionWire { id: Some("s".into()), version: None };
-        cursor::seal(&self.sealer, &self.route, &self.call, &self.caller, "http://127.0.0.1:1/mcp", &wire, "next")
+        cursor::seal(
+            &self.sealer,
+            &self.route,
+            &self.call,
+            &self.caller,
+            "http://127.0.0.1:1/mcp",
+            &wire,
+            "next",
+        )
     }
 
     /// Whether `blob` opens as this request's `requestState`.

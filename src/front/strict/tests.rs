@@ -221,3 +221,20 @@ fn what_it_accepts_every_reader_reads_the_same() {
         assert_eq!(Id::Usable(tree["id"].clone()), item.id);
     }
 }
+
+#[test]
+fn the_tree_of_params_is_built_in_the_same_walk() {
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo",
+        "arguments":{"x":[1,-2,3.5,{"y":null,"z":true}],"s":"a\u00e9\n"},"_meta":{"k":{"deep":[[]]}}}}"#;
+    let built = read_tree(body.as_bytes()).unwrap();
+    let item = built.single().unwrap();
+    let parsed: Value = serde_json::from_str(body).unwrap();
+    assert_eq!(item.tree.as_ref().map(|t| Value::Object(t.clone())), Some(parsed["params"].clone()));
+    assert_eq!(item.called(), Some("echo"), "what the gateway reads is read too");
+    assert!(read(body.as_bytes()).unwrap().items[0].tree.is_none(), "no tree unless asked");
+    // The rules hold as they do without a tree.
+    let twice = r#"{"params":{"arguments":{"a":1,"a":2}}}"#;
+    assert!(matches!(read_tree(twice.as_bytes()), Err(Refusal::Repeated { .. })));
+    let not_object = read_tree(br#"{"params":[1]}"#).unwrap();
+    assert_eq!((not_object.items[0].params, not_object.items[0].tree.is_none()), (Params::Other, true));
+}
