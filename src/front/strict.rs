@@ -507,25 +507,33 @@ impl<'de> Visitor<'de> for NameSeed {
     }
 }
 
-/// The member names of one object seen so far: a short list, then a set.
-#[derive(Default)]
+/// The member names of one object seen so far: a short list kept inline
+/// (no allocation for the objects requests carry), then a set.
 struct Names<'n> {
-    few: Vec<Cow<'n, str>>,
+    few: [Option<Cow<'n, str>>; SCAN_NAMES],
+    len: usize,
     many: HashSet<Cow<'n, str>>,
+}
+
+impl Default for Names<'_> {
+    fn default() -> Self {
+        Names { few: [const { None }; SCAN_NAMES], len: 0, many: HashSet::new() }
+    }
 }
 
 impl<'n> Names<'n> {
     /// Whether `name` is new.
     fn insert(&mut self, name: Cow<'n, str>) -> bool {
-        if self.many.is_empty() {
-            if self.few.contains(&name) {
+        if self.len < SCAN_NAMES {
+            if self.few[..self.len].iter().flatten().any(|n| *n == name) {
                 return false;
             }
-            if self.few.len() < SCAN_NAMES {
-                self.few.push(name);
-                return true;
-            }
-            self.many.extend(self.few.drain(..));
+            self.few[self.len] = Some(name);
+            self.len += 1;
+            return true;
+        }
+        if self.many.is_empty() {
+            self.many.extend(self.few.iter_mut().filter_map(Option::take));
         }
         self.many.insert(name)
     }
