@@ -42,18 +42,18 @@ struct Message<'a> {
 /// ids of the requests sent (`sent` empty: nothing is checked but the JSON).
 pub fn judge(bytes: &[u8], sent: &[Value]) -> Verdict {
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
-    let parsed = match first {
-        Some(b'{') => serde_json::from_slice::<Message<'_>>(bytes).map(|m| vec![m]),
-        Some(b'[') => serde_json::from_slice::<Vec<Message<'_>>>(bytes),
+    let answered = match first {
+        Some(b'{') => serde_json::from_slice::<Message<'_>>(bytes).map(|m| answers(&m, sent)),
+        Some(b'[') => serde_json::from_slice::<Vec<Message<'_>>>(bytes)
+            .map(|batch| batch.iter().all(|m| answers(m, sent))),
         _ => return Verdict::NotJson,
     };
-    match parsed {
+    match answered {
         // JSON that is not JSON-RPC-shaped (an odd id) is judged as JSON only.
         Err(_) if is_json_message(bytes) => Verdict::Fine,
         Err(_) => Verdict::NotJson,
-        Ok(_) if sent.is_empty() => Verdict::Fine,
-        Ok(messages) if messages.iter().any(|m| !answers(m, sent)) => Verdict::Foreign,
-        Ok(_) => Verdict::Fine,
+        Ok(answered) if answered || sent.is_empty() => Verdict::Fine,
+        Ok(_) => Verdict::Foreign,
     }
 }
 
