@@ -8,6 +8,9 @@
 #
 #   bench/ab.sh A_BIN B_BIN                 # e.g. a build of main before a change, and after
 #   BENCH_REPS=7 BENCH_DURATION=3 bench/ab.sh A_BIN B_BIN
+#   AB_PATH=relay bench/ab.sh A_BIN B_BIN   # the cell: translated (a 2026 client on a legacy
+#                                           # server, the default), relay (a legacy client on a
+#                                           # legacy server), pass (a 2026 client on a 2026 server)
 #
 # The load generator and the upstream come from B's tree (target/release):
 # build them with `cargo build --release --bin sessionless --example loadgen --example fast_upstream`.
@@ -35,10 +38,19 @@ trap cleanup EXIT
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
 
+# Which cell is measured: the upstream's generation and the client's.
+case ${AB_PATH:-translated} in
+translated) GENERATION=legacy CLIENT=modern ;;
+relay) GENERATION=legacy CLIENT=legacy ;;
+pass) GENERATION=modern CLIENT=modern ;;
+*) echo "AB_PATH must be translated, relay or pass" >&2; exit 2 ;;
+esac
+
 if [[ ${AB_UPSTREAM:-fast} == fast ]]; then
-    "$TARGET_DIR/release/examples/fast_upstream" --listen 127.0.0.1:0 2>"$OUT/upstream.log" &
+    "$TARGET_DIR/release/examples/fast_upstream" --listen 127.0.0.1:0 --generation "$GENERATION" \
+        2>"$OUT/upstream.log" &
 else
-    "$B_BIN" demo-upstream --listen 127.0.0.1:0 2>"$OUT/upstream.log" &
+    "$B_BIN" demo-upstream --generation "$GENERATION" --listen 127.0.0.1:0 2>"$OUT/upstream.log" &
 fi
 PIDS+=($!)
 UP=$(port_from_log "$OUT/upstream.log" 'on http://127\.0\.0\.1:[0-9]+')
@@ -51,7 +63,7 @@ listen = "127.0.0.1:0"
 [[upstreams]]
 name = "demo"
 url = "http://127.0.0.1:$UP/mcp"
-generation = "legacy"
+generation = "$GENERATION"
 
 [[routes]]
 path = "/mcp"
@@ -66,7 +78,7 @@ start a "$A_BIN"
 A_PORT=$PORT A_PID=$PID
 start b "$B_BIN"
 B_PORT=$PORT B_PID=$PID
-echo "upstream :$UP, A :$A_PORT ($A_BIN), B :$B_PORT ($B_BIN); reps=$REPS duration=${DURATION}s" >&2
+echo "path ${AB_PATH:-translated}: upstream :$UP ($GENERATION), A :$A_PORT ($A_BIN), B :$B_PORT ($B_BIN); reps=$REPS duration=${DURATION}s" >&2
 
 for rep in $(seq "$REPS"); do
     for c in 1 8 32; do
@@ -76,7 +88,7 @@ for rep in $(seq "$REPS"); do
             port=$A_PORT pid=$A_PID
             [[ $t == b ]] && port=$B_PORT pid=$B_PID
             read -r u0 s0 < <(cpu_ticks "$pid")
-            line=$(timeout $((DURATION + WARMUP + 60)) "$LOADGEN" modern --addr "127.0.0.1:$port" -c "$c" \
+            line=$(timeout $((DURATION + WARMUP + 60)) "$LOADGEN" "$CLIENT" --addr "127.0.0.1:$port" -c "$c" \
                 -d "$DURATION" --warmup "$WARMUP" --label "$t" --rep "$rep")
             read -r u1 s1 < <(cpu_ticks "$pid")
             # The gateway's CPU (warm-up included) over every request sent.
