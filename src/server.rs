@@ -569,16 +569,16 @@ impl Gateway {
         let Some(Found { target, .. }) = self.live.load().route_by_id(&head.route) else {
             return Ok(gate.refuse(cluster::Refused::UnknownRoute));
         };
-        // Read as strictly as on the public listener: the receiving replica
-        // did, and a replica of another build may not have.
-        if front::strict::read(&body).is_err() {
+        // Read as strictly as on the public listener (the receiving replica
+        // did, and a replica of another build may not have), once.
+        let Ok(read) = front::strict::read_tree(&body) else {
             return Ok(gate.refuse(cluster::Refused::NotARetry));
-        }
+        };
         // A legacy client's answer to a question pushed on a stream here.
         if self.legacy_modern.take_forwarded(&target, &head.principal, head.session.as_deref(), &body) {
             return Ok(reply::empty(StatusCode::ACCEPTED));
         }
-        let Ok(Message::Call(call)) = front::parse(&headers, &body) else {
+        let Ok(Message::Call(call)) = front::parse_read(&headers, read) else {
             return Ok(gate.refuse(cluster::Refused::NotARetry));
         };
         if let Err(why) = self.modern_legacy.admit_forwarded(&target.route, &call, &head.principal) {
