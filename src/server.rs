@@ -393,7 +393,8 @@ impl Gateway {
         // body it refuses goes nowhere, whichever generation sent it.
         // A 2026 client's `params` is built as a tree in the same walk (the
         // translating cell carries it on); a legacy client's is not needed.
-        let trees = front::generation::by_headers(&parts.headers) != ByHeaders::Legacy;
+        let trees =
+            front::generation::by_headers(&parts.headers) != ByHeaders::Legacy || target.translates_legacy();
         let read = if trees { front::strict::read_tree(&body) } else { front::strict::read(&body) };
         let message = match read {
             Ok(message) => message,
@@ -438,7 +439,7 @@ impl Gateway {
             Generation::Modern if trees => Read::Modern(front::parse_read(&parts.headers, message)),
             // A legacy version header with a 2026 `_meta` marker: read again, with the tree.
             Generation::Modern => Read::Modern(front::parse(&parts.headers, &body)),
-            Generation::Legacy => match front::legacy::Peeked::of(&message) {
+            Generation::Legacy => match front::legacy::Peeked::read(message) {
                 Ok(peek) => Read::Legacy(peek),
                 Err(e) => return self.reject_as(generation, &target, None, &e, started),
             },
@@ -457,9 +458,14 @@ impl Gateway {
                 Box::pin(self.dispatch(modern, target, caller, admission, started)).await
             }
             (Cell::LegacyModern, Read::Legacy(peeked)) => {
-                Box::pin(self.translate(target, caller, peeked, admission, started)).await
+                let onto = Generation::Modern;
+                Box::pin(self.translate(onto, target, caller, peeked, admission, started)).await
             }
             (Cell::LegacyLegacy, Read::Legacy(peeked)) => {
+                let onto = Generation::Legacy;
+                Box::pin(self.translate(onto, target, caller, peeked, admission, started)).await
+            }
+            (Cell::Relay, Read::Legacy(peeked)) => {
                 // The relay never forwards the body again: its budget share
                 // goes back once the body is sent, not when a streamed
                 // answer ends (the body itself is dropped then too).
@@ -492,19 +498,27 @@ impl Gateway {
             return self.reject_as(Generation::Legacy, target, None, &Error::Overloaded, started);
         };
         match Cell::of(Generation::Legacy, upstream, target.translates_legacy()) {
-            Cell::LegacyLegacy => {
+            Cell::Relay => {
                 let permit = Box::new(permit);
                 self.legacy_legacy
                     .session_verb(target, upstream, &parts.method, caller, permit, started)
                     .await
             }
-            Cell::LegacyModern => {
+            Cell::LegacyModern | Cell::LegacyLegacy => {
                 let get = parts.method == http::Method::GET;
-                match self.legacy_modern.session_verb(target, &caller, get, Box::new(permit)).await {
+                let (translated, hold) = (&self.legacy_modern, Box::new(permit));
+                let verb = match upstream {
+                    Generation::Modern => {
+                        translated.session_verb(&self.modern_modern, target, &caller, get, hold).await
+                    }
+                    Generation::Legacy => {
+                        translated.session_verb(&*self.modern_legacy, target, &caller, get, hold).await
+                    }
+                };
+                match verb {
                     Ok(resp) => {
                         let label = if get { "GET" } else { "DELETE" };
-                        let cell = (Generation::Legacy, Generation::Modern);
-                        self.services.count(target, cell, label, "ok", started);
+                        self.services.count(target, (Generation::Legacy, upstream), label, "ok", started);
                         resp
                     }
                     Err(e) => self.reject_as(Generation::Legacy, target, None, &e, started),
@@ -697,11 +711,12 @@ impl Gateway {
         answer_of(work, answer).await
     }
 
-    /// A legacy client's message on a 2026 upstream: translated. The
-    /// concurrency permit lives as long as the answer (a round of questions
-    /// may keep it streaming).
+    /// A legacy client's message, translated: its calls run on the upstream
+    /// half of the upstream's generation `onto`. The concurrency permit
+    /// lives as long as the answer (a round of questions may keep it streaming).
     async fn translate(
         self: Arc<Self>,
+        onto: Generation,
         target: Arc<Target>,
         caller: Caller,
         peeked: front::legacy::Peeked,
@@ -711,11 +726,18 @@ impl Gateway {
         let (reply, answer) = Reply::new(crate::guard::accepts_sse(&caller.headers));
         let gateway = self.clone();
         let work: Work = crate::observe::carry(async move {
-            let (label, outcome) = gateway.legacy_modern.post(&target, &caller, peeked, reply).await;
+            let translated = &gateway.legacy_modern;
+            let (label, outcome) = match onto {
+                Generation::Modern => {
+                    translated.post(&gateway.modern_modern, &target, &caller, peeked, reply).await
+                }
+                Generation::Legacy => {
+                    translated.post(&*gateway.modern_legacy, &target, &caller, peeked, reply).await
+                }
+            };
             drop(caller);
             target.observed(outcome);
-            let cell = (Generation::Legacy, Generation::Modern);
-            gateway.services.count(&target, cell, label, outcome, started);
+            gateway.services.count(&target, (Generation::Legacy, onto), label, outcome, started);
             drop(admission);
         });
         answer_of(work, answer).await

@@ -1,5 +1,6 @@
-//! The cells: one bridge per (client generation, upstream generation) pair
-//! (DESIGN.md §9), chosen once per request at [`Cell::of`]. What every cell
+//! The cells: a client half over an upstream half ([`half`], DESIGN.md §10),
+//! one per (client generation, upstream generation) pair of §9, or the
+//! relay; chosen once per request at [`Cell::of`]. What every cell
 //! uses lives here or beside it: the request's [`Caller`], the resolved
 //! [`Target`] (route and upstream handle), and the shared [`Services`]
 //! (sealing, cluster forwarding, metrics, the places of parking lots, the
@@ -11,6 +12,7 @@
 //! | modern | [`modern_legacy`] | [`modern_modern`] |
 //! | legacy | [`legacy_legacy`] | [`legacy_modern`] (or relayed to one that serves both eras) |
 
+pub mod half;
 pub mod legacy_legacy;
 pub mod legacy_modern;
 pub mod modern_modern;
@@ -36,33 +38,38 @@ pub use crate::front::generation::Generation;
 use crate::metrics::Metrics;
 use crate::seal::Sealer;
 
-/// The bridge a request runs on.
+/// How a request runs: a client half over an upstream half ([`half`]), or
+/// the relay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cell {
-    /// A 2026 client on a session-based upstream: translated onto pooled sessions.
+    /// A 2026 client on pooled legacy sessions: questions become rounds.
     ModernLegacy,
-    /// A session client on a session-based upstream: relayed, session id sealed.
-    LegacyLegacy,
     /// A 2026 client on a 2026 upstream: passed through, `requestState` enveloped.
     ModernModern,
-    /// A session client on a 2026 upstream: each request a stateless call,
-    /// questions pushed on the client's stream.
+    /// A session client translated (its session a sealed token, each
+    /// request a typed call) on a 2026 upstream.
     LegacyModern,
+    /// A session client translated onto pooled legacy sessions.
+    LegacyLegacy,
+    /// A session client relayed to the upstream's own sessions, session id
+    /// sealed: the direct path, for fidelity (log levels, subscriptions,
+    /// batches).
+    Relay,
 }
 
 impl Cell {
     /// The cell for a client message of generation `client` on an upstream
-    /// of generation `upstream`; `translate`: legacy clients of a modern
-    /// upstream are translated (it serves only 2026, or is configured so).
+    /// of generation `upstream`; `translate`: legacy clients are translated
+    /// (the upstream serves only 2026, or is configured so) rather than relayed.
     pub fn of(client: Generation, upstream: Generation, translate: bool) -> Cell {
         match (client, upstream) {
             (Generation::Modern, Generation::Legacy) => Cell::ModernLegacy,
             (Generation::Modern, Generation::Modern) => Cell::ModernModern,
-            (Generation::Legacy, Generation::Legacy) => Cell::LegacyLegacy,
             (Generation::Legacy, Generation::Modern) if translate => Cell::LegacyModern,
+            (Generation::Legacy, Generation::Legacy) if translate => Cell::LegacyLegacy,
             // A modern server that also serves the session era (the SDK v2
             // servers) takes legacy clients as they are.
-            (Generation::Legacy, Generation::Modern) => Cell::LegacyLegacy,
+            (Generation::Legacy, _) => Cell::Relay,
         }
     }
 }

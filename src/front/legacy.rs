@@ -23,6 +23,11 @@ pub struct Peeked {
     pub calls: Vec<Option<String>>,
     /// The usable ids of those requests: what the upstream's answer may answer.
     pub ids: Vec<Value>,
+    /// A single request's method.
+    pub method: Option<String>,
+    /// A single message's `params`, when the read built its tree
+    /// ([`super::strict::read_tree`]): what a translated call carries on.
+    pub params: Option<serde_json::Map<String, Value>>,
 }
 
 impl Peeked {
@@ -32,7 +37,16 @@ impl Peeked {
                 let requests = || msg.items.iter().filter(|i| i.is_request());
                 let calls = requests().map(tool_of).collect();
                 let ids = requests().filter_map(usable_id).collect();
-                return Ok(Peeked { id: None, label: "batch", initialize: false, calls, ids });
+                let (method, params) = (None, None);
+                return Ok(Peeked {
+                    id: None,
+                    label: "batch",
+                    initialize: false,
+                    calls,
+                    ids,
+                    method,
+                    params,
+                });
             }
             Shape::Other => return Err(Error::InvalidRequest("not a JSON-RPC message".into())),
             Shape::Object => &msg.items[0],
@@ -54,7 +68,17 @@ impl Peeked {
         let calls = if item.is_request() { vec![tool_of(item)] } else { Vec::new() };
         let id = id.filter(|_| label != "response");
         let ids = id.iter().cloned().collect();
-        Ok(Peeked { initialize: label == "initialize", id, label, calls, ids })
+        let method = item.method.as_deref().filter(|_| item.is_request()).map(str::to_string);
+        Ok(Peeked { initialize: label == "initialize", id, label, calls, ids, method, params: None })
+    }
+
+    /// [`Peeked::of`], keeping the `params` tree of a single message.
+    pub fn read(msg: Message<'_>) -> Result<Peeked, Error> {
+        let mut peek = Peeked::of(&msg)?;
+        if msg.shape == Shape::Object {
+            peek.params = msg.items.into_iter().next().and_then(|item| item.tree);
+        }
+        Ok(peek)
     }
 }
 

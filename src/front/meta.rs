@@ -95,6 +95,24 @@ impl Meta {
         Ok(Meta { protocol_version, capabilities, client_info, progress_token, log_level, passthrough: m })
     }
 
+    /// The `_meta` object this was read from (reserved keys the gateway
+    /// does not know are not kept).
+    pub fn into_object(self) -> Map<String, Value> {
+        let mut m = self.passthrough;
+        m.insert(PROTOCOL_VERSION.into(), Value::String(self.protocol_version));
+        m.insert(CLIENT_CAPABILITIES.into(), Value::Object(self.capabilities));
+        if let Some(info) = self.client_info {
+            m.insert(CLIENT_INFO.into(), info);
+        }
+        if let Some(level) = self.log_level {
+            m.insert(LOG_LEVEL.into(), Value::from(level.as_str()));
+        }
+        if let Some(token) = self.progress_token {
+            m.insert(PROGRESS_TOKEN.into(), token);
+        }
+        m
+    }
+
     pub fn declares(&self, capability: &str) -> bool {
         self.capabilities.get(capability).is_some_and(|v| !v.is_null())
     }

@@ -66,7 +66,7 @@ impl Method {
     }
 
     /// The params key mirrored in `Mcp-Name`, if any.
-    fn name_key(self) -> Option<&'static str> {
+    pub fn name_key(self) -> Option<&'static str> {
         match self {
             Method::ToolsCall | Method::PromptsGet => Some("name"),
             Method::ResourcesRead => Some("uri"),

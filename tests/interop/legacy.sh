@@ -23,6 +23,8 @@
 #   direct  each legacy client straight against each upstream, no gateway (the control:
 #           a failure only here is the client's or the peer's, not the gateway's)
 #   rr      each legacy client alone against each upstream, through the forwarder
+#   translated  both legacy clients against py-legacy on a route that translates them
+#           onto the gateway's pooled upstream sessions (legacy_clients = "translate")
 #   mixed   per upstream, all four clients at the same time on the same forwarder
 #   then    every legacy session with several requests was served by both replicas, both
 #           replicas relayed legacy requests, and no session id was refused except as
@@ -99,9 +101,20 @@ url = "http://127.0.0.1:$UP_PY/mcp"
 name = "everything"
 url = "http://127.0.0.1:$UP_EV/mcp"
 
+# The same server, its legacy clients translated onto the gateway's pooled sessions.
+[[upstreams]]
+name = "py-translated"
+url = "http://127.0.0.1:$UP_PY/mcp"
+generation = "legacy"
+legacy_clients = "translate"
+
 [[routes]]
 path = "/mcp"
 upstream = "py"
+
+[[routes]]
+path = "/translated"
+upstream = "py-translated"
 
 [[routes]]
 path = "/everything"
@@ -149,6 +162,17 @@ for up in py-legacy everything; do
   spawn "rr-legacy-ts-$up" "$NODE" tests/interop/legacy_ts_client.mjs --url "$url" --upstream "$up" --label "legacy-ts/$up"
   collect "rr-legacy-ts-$up" rr
 done
+
+# ---------------------------------------------------------------- translated: onto pooled sessions
+
+# A legacy client's session is a sealed token; its calls run on the replicas' own pooled
+# upstream sessions, their questions asked as rounds on the client's stream (the
+# legacy-client half over the legacy-session half, DESIGN §10).
+url="http://127.0.0.1:$RR/translated"
+spawn "translated-legacy-py" "$PY_LEGACY" tests/interop/legacy_client.py --url "$url" --upstream py-legacy-translated --label "legacy-py/py-legacy-translated"
+collect "translated-legacy-py" translated
+spawn "translated-legacy-ts" "$NODE" tests/interop/legacy_ts_client.mjs --url "$url" --upstream py-legacy-translated --label "legacy-ts/py-legacy-translated"
+collect "translated-legacy-ts" translated
 
 # ---------------------------------------------------------------- mixed: legacy and modern at once
 

@@ -24,26 +24,21 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use dashmap::DashMap;
-use futures_util::StreamExt;
 use http::{header, HeaderValue, Response, StatusCode};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use super::half::{Failure, Outcome, UpstreamHalf};
 use super::quota;
-use super::relay::{Answering, Relay};
 use super::session_token::{self as token, Claims, Rejected, Translated};
-use super::tool_headers::{self, Annotations};
 use super::{Caller, Services, Target};
 use crate::config::{Config, LEGACY_VERSIONS};
 use crate::error::{error_body, Error};
-use crate::front::headers::{encode_value, param_value};
 use crate::front::legacy::Peeked;
-use crate::front::{MODERN_VERSION, SUPPORTED_VERSIONS};
+use crate::front::{Call, Meta, Method, MODERN_VERSION, SUPPORTED_VERSIONS};
 use crate::metrics::{MethodLabels, OpenedLabels, ReasonLabels};
 use crate::reply::{self, Body, Reply};
-use crate::upstream::answers::{foreign_message, mint_id};
 use crate::upstream::credentials::without_client_token;
-use crate::upstream::{PostError, Transport, ACCEPT_BOTH};
 use question::{Answer, QuestionId, Rounds};
 
 /// Rounds of questions one call may take before it is ended.
@@ -52,9 +47,6 @@ const MAX_ROUNDS: usize = 16;
 const MAX_CAPABILITIES: usize = 1024;
 /// The longest `clientInfo` name or version kept.
 const MAX_INFO: usize = 128;
-/// The tool annotations are one per route: the upstream never learns who
-/// calls (no credentials go upstream), so its tool list is the same for all.
-const ANY_CALLER: &str = "";
 
 pub struct Bridge {
     services: Arc<Services>,
@@ -63,19 +55,9 @@ pub struct Bridge {
     quota: Arc<quota::Creations>,
     /// Route → when fetched, the upstream's discover result.
     discover: DashMap<String, (Instant, Arc<Value>)>,
-    tool_headers: tool_headers::Cache,
     rounds: Rounds,
     /// How long a round of questions waits for the client's answers.
     question_ttl: Duration,
-}
-
-/// A legacy request's envelope, read whole (it is translated).
-#[derive(Deserialize)]
-struct Request {
-    id: Value,
-    method: String,
-    #[serde(default)]
-    params: Option<Map<String, Value>>,
 }
 
 /// How a call ended before its result: an error for the client, or the
@@ -87,7 +69,17 @@ enum Stop {
 
 impl From<Error> for Stop {
     fn from(e: Error) -> Stop {
-        Stop::Error(error_object(&e))
+        match e {
+            // The upstream's own error, as a legacy client reads it.
+            Error::Upstream { code, message, data } => {
+                let mut error = json!({"code": code, "message": message});
+                if let Some(data) = data {
+                    error["data"] = data;
+                }
+                Stop::Error(legacy_error(&error))
+            }
+            e => Stop::Error(error_object(&e)),
+        }
     }
 }
 
@@ -98,7 +90,6 @@ impl Bridge {
             session_ttl: config.legacy.session_ttl,
             quota,
             discover: DashMap::new(),
-            tool_headers: tool_headers::Cache::default(),
             rounds: Rounds::default(),
             question_ttl: config.limits.parked_flow_ttl,
         }
@@ -109,13 +100,15 @@ impl Bridge {
         self.rounds.len()
     }
 
-    /// A legacy POST: answered to `reply`. The metric label and outcome.
-    pub async fn post(
+    /// A legacy POST, its calls run on `upstream`: answered to `reply`.
+    /// The metric label and outcome.
+    pub async fn post<U: UpstreamHalf>(
         &self,
+        upstream: &U,
         target: &Target,
         caller: &Caller,
         peek: Peeked,
-        reply: Reply,
+        mut reply: Reply,
     ) -> (&'static str, &'static str) {
         let label = peek.label;
         // Held until the answer is complete.
@@ -142,31 +135,29 @@ impl Bridge {
                 Ok(_) => accepted(reply),
                 Err(e) => fail(reply, None, &e).await,
             },
-            _ if peek.initialize => match self.initialize(target, caller).await {
-                Ok(resp) => {
-                    let _ = reply.relay(resp);
-                    "ok"
+            _ if peek.initialize => {
+                match self.initialize(upstream, target, caller, &peek, &mut reply).await {
+                    Ok(resp) => {
+                        let _ = reply.relay(resp);
+                        "ok"
+                    }
+                    Err(e) => fail(reply, peek.id.as_ref(), &e).await,
                 }
-                Err(e) => fail(reply, peek.id.as_ref(), &e).await,
-            },
+            }
             _ => match self.session(target, caller) {
                 Err(e) => fail(reply, peek.id.as_ref(), &e).await,
-                Ok(claims) => match serde_json::from_slice::<Request>(&caller.body) {
-                    Err(_) => {
-                        fail(reply, peek.id.as_ref(), &Error::InvalidRequest("bad request".into())).await
-                    }
-                    Ok(req) => self.request(target, caller, &claims, req, reply).await,
-                },
+                Ok(claims) => self.request(upstream, target, caller, &claims, peek, reply).await,
             },
         };
         (label, outcome)
     }
 
     /// GET and DELETE of a translated session. GET is the session's stream
-    /// of list changes, backed by the upstream's `subscriptions/listen`.
-    pub async fn session_verb<'t>(
+    /// of list changes, backed by the upstream half's list-change stream.
+    pub async fn session_verb<U: UpstreamHalf>(
         &self,
-        target: &'t Target,
+        upstream: &U,
+        target: &Target,
         caller: &Caller,
         get: bool,
         hold: Box<dyn std::any::Any + Send + Sync>,
@@ -180,7 +171,7 @@ impl Bridge {
             // This replica is leaving: the client's reconnect goes elsewhere.
             return Err(Error::Overloaded);
         }
-        let discover = self.discover(target).await?;
+        let discover = self.discover(upstream, target, caller).await?;
         let filter = listen_filter(&discover);
         if filter.is_empty() {
             // Nothing the upstream would announce.
@@ -188,33 +179,16 @@ impl Bridge {
         }
         let place = self.services.stream_place(&target.route.id, &caller.principal)?;
         let translated = claims.t.as_ref().expect("a translated session");
-        let params = json!({"_meta": {
-            "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
-            "io.modelcontextprotocol/clientCapabilities": translated.c,
-            "io.modelcontextprotocol/clientInfo": translated.ci},
-            "notifications": Value::Object(filter)});
-        let body =
-            json!({"jsonrpc": "2.0", "id": "listen", "method": "subscriptions/listen", "params": params});
-        let body = serde_json::to_vec(&body).expect("serialises");
-        let headers = call_headers("subscriptions/listen", None, &[]);
-        let (headers, body) = (&headers, &body);
-        let send = |t: &'t Transport| t.send_headers_again("POST", headers, body);
-        let (resp, upstream) = target.on_instance(send, |e| *e == PostError::NotSent).await;
-        let resp = resp.map_err(|e| crate::upstream::map_post_error(e, false))?;
-        if !(resp.is_sse() && (200..300).contains(&resp.status)) {
-            let _ = upstream.read_body(resp.body).await;
-            return Err(Error::UpstreamInvalid("subscriptions/listen did not stream"));
-        }
-        let mut relay = Relay::new(
-            resp.body,
-            upstream.max_response(),
-            self.services.keepalive,
-            self.services.draining.clone(),
-            Box::new((place, hold)),
-        );
-        relay.rewrite = Some(Box::new(listen_event));
-        relay.answering = Some(Answering { ids: vec![json!("listen")], upstream: upstream.clone() });
-        Ok(relay.response(None))
+        let mut params = Map::new();
+        params.insert("notifications".into(), Value::Object(filter));
+        let call = Call {
+            id: json!("listen"),
+            method: Method::SubscriptionsListen,
+            params,
+            meta: meta_of(translated, Map::new()),
+            name: None,
+        };
+        upstream.listen(target, call, caller, Box::new(listen_event), Box::new((place, hold))).await
     }
 
     /// The claims of a translated session's token, or 404.
@@ -234,16 +208,26 @@ impl Bridge {
     }
 
     /// `initialize`, answered from the upstream's discover result.
-    async fn initialize(&self, target: &Target, caller: &Caller) -> Result<Response<Body>, Error> {
+    async fn initialize<U: UpstreamHalf>(
+        &self,
+        upstream: &U,
+        target: &Target,
+        caller: &Caller,
+        peek: &Peeked,
+        reply: &mut Reply,
+    ) -> Result<Response<Body>, Error> {
         if caller.headers.contains_key(&crate::front::headers::SESSION_ID) {
             // A session id on initialize must still be one of ours.
             self.session(target, caller)?;
         }
-        let msg: Value = serde_json::from_slice(&caller.body).map_err(|_| Error::Parse)?;
-        let params = msg.get("params").and_then(Value::as_object).cloned().unwrap_or_default();
+        let empty = Map::new();
+        let params = peek.params.as_ref().unwrap_or(&empty);
         let requested = params.get("protocolVersion").and_then(Value::as_str);
         self.quota.admit_counted(&caller.principal, &target.route.id, &self.services.metrics)?;
-        let discover = self.discover(target).await?;
+        let discover = tokio::select! {
+            discover = self.discover(upstream, target, caller) => discover?,
+            _ = reply.closed() => return Err(Error::OutcomeUnknown),
+        };
         let version = requested.filter(|v| LEGACY_VERSIONS.contains(v)).unwrap_or(LEGACY_VERSIONS[0]);
         let translated = Translated {
             c: client_capabilities(params.get("capabilities"))?,
@@ -268,40 +252,44 @@ impl Bridge {
         let labels =
             OpenedLabels { route: target.route.id.clone(), requested: crate::versions::label(requested) };
         self.services.metrics.legacy_sessions_opened.get_or_create(&labels).inc();
-        let id = msg.get("id").cloned().unwrap_or(Value::Null);
+        let id = peek.id.clone().unwrap_or(Value::Null);
         let mut resp =
             reply::json_response(StatusCode::OK, &json!({"jsonrpc": "2.0", "id": id, "result": result}));
         resp.headers_mut().insert(crate::front::headers::SESSION_ID, token);
         Ok(resp)
     }
 
-    /// The upstream's discover result, cached per route for `discover_ttl_ms`.
-    async fn discover<'t>(&self, target: &'t Target) -> Result<Arc<Value>, Error> {
+    /// The upstream's discover result, cached per route for
+    /// `discover_ttl_ms`: asked with no client's capabilities, and without
+    /// any client's token (it is shared by every caller of the route).
+    async fn discover<U: UpstreamHalf>(
+        &self,
+        upstream: &U,
+        target: &Target,
+        caller: &Caller,
+    ) -> Result<Arc<Value>, Error> {
         let route = &target.route;
         if let Some(hit) = self.discover.get(&route.id).filter(|e| e.0.elapsed() < route.discover_ttl) {
             return Ok(hit.1.clone());
         }
-        let meta = json!({
-            "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
-            "io.modelcontextprotocol/clientCapabilities": {},
-            "io.modelcontextprotocol/clientInfo": {"name": "sessionless", "version": env!("CARGO_PKG_VERSION")},
-        });
-        let sent = json!(mint_id());
-        let body =
-            json!({"jsonrpc": "2.0", "id": sent, "method": "server/discover", "params": {"_meta": meta}});
-        let body = serde_json::to_vec(&body).expect("serialises");
-        let headers = call_headers("server/discover", None, &[]);
-        let (headers, body) = (&headers, &body);
-        // Shared by every caller of the route: fetched without any client's token.
-        let send = |t: &'t Transport| without_client_token(t.send_headers_again("POST", headers, body));
-        let (resp, upstream) = target.on_instance(send, |e| *e == PostError::NotSent).await;
-        let resp = resp.map_err(|e| crate::upstream::map_post_error(e, false))?;
-        let deadline = tokio::time::Instant::now() + route.upstream.response_timeout;
-        let msg = read_message(upstream, resp, &sent, None, deadline).await.map_err(|stop| match stop {
-            Stop::Error(_) | Stop::Gone => Error::UpstreamInvalid("discover"),
-        })?;
-        let result = msg.get("result").filter(|r| r.is_object()).ok_or(Error::UpstreamInvalid("discover"))?;
-        let result = Arc::new(result.clone());
+        let meta = Meta {
+            protocol_version: MODERN_VERSION.into(),
+            capabilities: Map::new(),
+            client_info: Some(json!({"name": "sessionless", "version": env!("CARGO_PKG_VERSION")})),
+            progress_token: None,
+            log_level: None,
+            passthrough: Map::new(),
+        };
+        let call = Call { id: json!(0), method: Method::Discover, params: Map::new(), meta, name: None };
+        // Nothing of a discover is the client's to see on the way.
+        let (mut notes, _quiet) = Reply::new(false);
+        let asked = without_client_token(upstream.call(target, call, caller, &mut notes)).await;
+        let result = match asked {
+            Outcome::Complete(result) => Value::Object(result),
+            Outcome::Failed(Failure::Gateway(e)) => return Err(e),
+            _ => return Err(Error::UpstreamInvalid("discover")),
+        };
+        let result = Arc::new(result);
         if self.discover.len() < 1024 {
             self.discover.insert(route.id.clone(), (Instant::now(), result.clone()));
         }
@@ -309,137 +297,84 @@ impl Bridge {
     }
 
     /// A request on a translated session.
-    async fn request(
+    async fn request<U: UpstreamHalf>(
         &self,
+        upstream: &U,
         target: &Target,
         caller: &Caller,
         claims: &Claims,
-        req: Request,
+        peek: Peeked,
         reply: Reply,
     ) -> &'static str {
-        let refused = match req.method.as_str() {
-            "ping" => return finish_result(reply, &req.id, json!({})).await,
+        let id = peek.id.clone().unwrap_or(Value::Null);
+        let refused = match peek.method.as_deref().unwrap_or_default() {
+            "ping" => return finish_result(reply, &id, json!({})).await,
             // The 2026 level rides on each request; the token holding it
             // cannot change under the client (see README).
             "logging/setLevel" => "logging/setLevel is not available: no log messages are sent",
             "resources/subscribe" | "resources/unsubscribe" => "resource subscriptions are not available",
-            _ => return self.call(target, caller, claims, req, reply).await,
+            method => match Method::parse(method).filter(|m| *m != Method::SubscriptionsListen) {
+                Some(method) => {
+                    return self.call(upstream, target, caller, claims, method, peek, reply).await
+                }
+                None => "this method is not known",
+            },
         };
         // A JSON-RPC error inside a live session: HTTP 200 (a 404 would tell
         // a 2025 client its session is gone).
         let error =
             rpc_error(crate::error::code::METHOD_NOT_FOUND, &format!("{refused} through this gateway"));
-        reply.finish(StatusCode::OK, &json!({"jsonrpc": "2.0", "id": req.id, "error": error})).await;
+        reply.finish(StatusCode::OK, &json!({"jsonrpc": "2.0", "id": id, "error": error})).await;
         "method_not_found"
     }
 
-    /// A request as a stateless 2026 call, its rounds of questions asked of
+    /// A request as a typed 2026 call, its rounds of questions asked of
     /// the client, its result translated back.
-    async fn call(
+    #[allow(clippy::too_many_arguments)]
+    async fn call<U: UpstreamHalf>(
         &self,
+        upstream: &U,
         target: &Target,
         caller: &Caller,
         claims: &Claims,
-        req: Request,
+        method: Method,
+        peek: Peeked,
         mut reply: Reply,
     ) -> &'static str {
-        let id = req.id.clone();
-        match self.run(target, caller, claims, req, &mut reply).await {
+        let id = peek.id.clone().unwrap_or(Value::Null);
+        let call = match typed_call(claims, method, id.clone(), peek.params) {
+            Ok(call) => call,
+            Err(e) => return fail_in_session(reply, &id, Stop::from(e)).await,
+        };
+        match self.run(upstream, target, caller, claims, call, &mut reply).await {
             Ok(result) => finish_result(reply, &id, result).await,
-            Err(Stop::Gone) => "cancelled",
-            Err(Stop::Error(error)) => {
-                let reason = error_reason(&error);
-                reply.finish(StatusCode::OK, &json!({"jsonrpc": "2.0", "id": id, "error": error})).await;
-                reason
-            }
+            Err(stop) => fail_in_session(reply, &id, stop).await,
         }
     }
 
-    async fn run<'t>(
+    /// Runs the call on `upstream` round after round: each round of
+    /// questions is asked of the client and the call retried with its
+    /// answers and the state the upstream half gave.
+    async fn run<U: UpstreamHalf>(
         &self,
-        target: &'t Target,
+        upstream: &U,
+        target: &Target,
         caller: &Caller,
         claims: &Claims,
-        req: Request,
+        mut call: Call,
         reply: &mut Reply,
     ) -> Result<Value, Stop> {
-        let translated = claims.t.as_ref().expect("a translated session");
-        let method = req.method.as_str();
-        let mut params = req.params.unwrap_or_default();
-        // Only the gateway speaks MRTR upstream.
-        params.remove("inputResponses");
-        params.remove("requestState");
-        let mut meta = match params.remove("_meta") {
-            Some(Value::Object(m)) => m,
-            _ => Map::new(),
-        };
-        meta.insert("io.modelcontextprotocol/protocolVersion".into(), json!(MODERN_VERSION));
-        meta.insert("io.modelcontextprotocol/clientCapabilities".into(), translated.c.clone());
-        meta.insert("io.modelcontextprotocol/clientInfo".into(), translated.ci.clone());
-        crate::observe::traceparent::into_meta(&mut meta);
-        params.insert("_meta".into(), Value::Object(meta));
-        let name = match method {
-            "tools/call" | "prompts/get" => params.get("name").and_then(Value::as_str).map(str::to_string),
-            "resources/read" => params.get("uri").and_then(Value::as_str).map(str::to_string),
-            _ => None,
-        };
-        let param_headers = match (method, &name) {
-            ("tools/call", Some(tool)) => self.param_headers(target, tool, &params).await,
-            _ => Vec::new(),
-        };
-        let encoded = name.as_deref().map(encode_value);
-        let headers = call_headers(method, encoded.as_deref(), &param_headers);
-        let route = &target.route;
-        let deadline = tokio::time::Instant::now() + route.upstream.call_timeout;
-        let mut pinned: Option<&Transport> = None;
         for _ in 0..MAX_ROUNDS {
-            // The upstream sees an id of the gateway's own (random): the
-            // client's is predictable, and a connection is shared by callers.
-            let sent = json!(mint_id());
-            let body = json!({"jsonrpc": "2.0", "id": sent, "method": method, "params": params});
-            let body = serde_json::to_vec(&body).expect("serialises");
-            let (resp, upstream) = match pinned {
-                // A retry goes to the instance that asked.
-                Some(upstream) => match upstream.send_headers_again("POST", &headers, &body).await {
-                    Err(PostError::NotSent) => {
-                        return Err(Stop::Error(rpc_error(
-                            -32603,
-                            "the server instance that asked the question cannot be reached; call again",
-                        )))
-                    }
-                    other => (other, upstream),
-                },
-                None => {
-                    let (headers, body) = (&headers, &body);
-                    let send = |t: &'t Transport| t.send_headers_again("POST", headers, body);
-                    target.on_instance(send, |e| *e == PostError::NotSent).await
+            let mut result = match upstream.call(target, call.clone(), caller, reply).await {
+                Outcome::Complete(mut result) => {
+                    strip_modern(&mut result);
+                    return Ok(Value::Object(result));
                 }
+                Outcome::InputRequired(result) => result,
+                Outcome::Failed(Failure::Upstream(error)) => return Err(Stop::Error(legacy_error(&error))),
+                Outcome::Failed(Failure::Gateway(e)) => return Err(e.into()),
+                Outcome::Gone => return Err(Stop::Gone),
             };
-            let resp = resp.map_err(|e| crate::upstream::map_post_error(e, true))?;
-            let msg = read_message(upstream, resp, &sent, Some(reply), deadline).await?;
-            if let Some(error) = msg.get("error") {
-                return Err(Stop::Error(legacy_error(error)));
-            }
-            let Some(Value::Object(mut result)) = msg.get("result").cloned() else {
-                return Err(Error::UpstreamInvalid("no result").into());
-            };
-            if result.get("resultType").and_then(Value::as_str) != Some("input_required") {
-                if method == "tools/list"
-                    && !result.contains_key("nextCursor")
-                    && !params.contains_key("cursor")
-                {
-                    let mut map = HashMap::new();
-                    if let Some(Value::Array(tools)) = result.get("tools") {
-                        tool_headers::annotations(tools, &mut map);
-                    }
-                    self.tool_headers.remember(&route.id, ANY_CALLER, Arc::new(map));
-                }
-                if let Some(view) = &caller.access {
-                    view.filter(method, &mut result);
-                }
-                strip_modern(&mut result);
-                return Ok(Value::Object(result));
-            }
             let state = result.remove("requestState");
             let requests = match result.remove("inputRequests") {
                 Some(Value::Object(r)) if !r.is_empty() => r,
@@ -453,77 +388,16 @@ impl Bridge {
                 self.ask(target, caller, claims, &requests, reply).await?
             };
             if answers.is_empty() {
-                params.remove("inputResponses");
+                call.params.remove("inputResponses");
             } else {
-                params.insert("inputResponses".into(), Value::Object(answers));
+                call.params.insert("inputResponses".into(), Value::Object(answers));
             }
             match state {
-                Some(state) => params.insert("requestState".into(), state),
-                None => params.remove("requestState"),
+                Some(state) => call.params.insert("requestState".into(), state),
+                None => call.params.remove("requestState"),
             };
-            pinned = Some(upstream);
         }
         Err(Error::UpstreamInvalid("too many rounds of questions").into())
-    }
-
-    /// The `Mcp-Param-*` headers of a tool call, from the tool's
-    /// `x-mcp-header` annotations (learnt from the upstream's tool list).
-    async fn param_headers(
-        &self,
-        target: &Target,
-        tool: &str,
-        params: &Map<String, Value>,
-    ) -> Vec<(String, String)> {
-        let route = &target.route.id;
-        let tools = match self.tool_headers.cached(route, ANY_CALLER) {
-            Some(tools) => tools,
-            None => match self.list_tools(target).await {
-                Some(tools) => {
-                    self.tool_headers.remember(route, ANY_CALLER, tools.clone());
-                    tools
-                }
-                None => return Vec::new(),
-            },
-        };
-        let Some(annotated) = tools.get(tool) else {
-            return Vec::new();
-        };
-        let arguments = params.get("arguments");
-        annotated
-            .iter()
-            .filter_map(|(header, prop)| {
-                let value = param_value(arguments?.get(prop)?)?;
-                Some((format!("mcp-param-{header}"), value.into_owned()))
-            })
-            .collect()
-    }
-
-    /// The upstream's whole tool list, as annotations; `None` if it could
-    /// not be read.
-    async fn list_tools(&self, target: &Target) -> Option<Annotations> {
-        let deadline = tokio::time::Instant::now() + target.route.upstream.response_timeout;
-        let headers = call_headers("tools/list", None, &[]);
-        let headers = &headers;
-        tool_headers::gather(|cursor| async move {
-            let mut params = json!({"_meta": {
-                "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
-                "io.modelcontextprotocol/clientCapabilities": {}}});
-            if let Some(c) = cursor {
-                params["cursor"] = c;
-            }
-            let sent = json!(mint_id());
-            let body = json!({"jsonrpc": "2.0", "id": sent, "method": "tools/list", "params": params});
-            let body = serde_json::to_vec(&body).expect("serialises");
-            let upstream = target.pick();
-            let resp =
-                without_client_token(upstream.send_headers_again("POST", headers, &body)).await.ok()?;
-            let msg = read_message(upstream, resp, &sent, None, deadline).await.ok()?;
-            match msg.get("result") {
-                Some(Value::Object(result)) => Some(result.clone()),
-                _ => None,
-            }
-        })
-        .await
     }
 
     /// Pushes one round of questions on the client's stream and waits for
@@ -787,115 +661,60 @@ fn listen_event(data: &str) -> Result<Option<String>, ()> {
     Ok(Some(msg.to_string()))
 }
 
-/// A 2026 call's headers: version, method, name (already encoded), and
-/// `extra` (`Mcp-Param-*`).
-fn call_headers<'a>(
-    method: &'a str,
-    name: Option<&'a str>,
-    extra: &'a [(String, String)],
-) -> Vec<(&'a str, &'a str)> {
-    let mut headers = vec![
-        ("mcp-protocol-version", MODERN_VERSION),
-        ("mcp-method", method),
-        ("accept", ACCEPT_BOTH),
-        ("content-type", "application/json"),
-    ];
-    if let Some(name) = name {
-        headers.push(("mcp-name", name));
-    }
-    headers.extend(extra.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    headers
-}
-
-/// Reads the upstream's answer to a call: its JSON-RPC message, from JSON or
-/// from SSE (notifications on the way are relayed to `reply`).
-async fn read_message(
-    upstream: &Transport,
-    resp: crate::upstream::h1::Response,
-    sent: &Value,
-    mut reply: Option<&mut Reply>,
-    deadline: tokio::time::Instant,
-) -> Result<Value, Stop> {
-    let status = resp.status;
-    if matches!(status, 202 | 401 | 403 | 407) {
-        return Err(Error::UpstreamInvalid("unexpected status").into());
-    }
-    if resp.is_sse() && (200..300).contains(&status) {
-        let mut events = Relay::events(resp.body, upstream.max_response());
-        loop {
-            // A client that leaves ends the upstream request (a 2026
-            // server takes the closed stream as cancellation).
-            let next = tokio::time::timeout_at(deadline, events.next());
-            let event = match &mut reply {
-                Some(reply) if reply.is_streaming() => tokio::select! {
-                    event = next => event,
-                    _ = reply.closed() => return Err(Stop::Gone),
-                },
-                _ => next.await,
-            };
-            let event = match event {
-                Err(_) => return Err(Error::UpstreamTimeout.into()),
-                Ok(None) => return Err(Error::OutcomeUnknown.into()),
-                Ok(Some(Err(_))) => return Err(Error::UpstreamInvalid("invalid event stream").into()),
-                Ok(Some(Ok(event))) => event,
-            };
-            let Some(data) = event.data.as_deref().filter(|d| !d.trim().is_empty()) else { continue };
-            if crate::upstream::event_limit::too_many_values(data.as_bytes(), upstream.max_response()) {
-                return Err(Error::UpstreamTooLarge.into());
-            }
-            let Ok(msg) = serde_json::from_str::<Value>(data) else {
-                return Err(Error::UpstreamInvalid("event is not JSON").into());
-            };
-            let is_answer =
-                msg.get("id").is_some() && (msg.get("result").is_some() || msg.get("error").is_some());
-            if is_answer {
-                return answer_to(upstream, sent, msg);
-            }
-            // Notifications (progress, log messages) go on to the client.
-            if msg.get("method").is_some() && msg.get("id").is_none() {
-                if let Some(reply) = reply.as_deref_mut() {
-                    reply.event(&msg).await.map_err(|_| Stop::Gone)?;
-                }
-            }
-        }
-    }
-    let json = resp.is_json();
-    let read = tokio::time::timeout_at(deadline, upstream.read_body(resp.body));
-    let read = match reply {
-        Some(reply) if reply.is_streaming() => tokio::select! {
-            read = read => read,
-            _ = reply.closed() => return Err(Stop::Gone),
+/// A legacy request as a typed 2026 call: `_meta` from the session token
+/// (capabilities, clientInfo) and the client's own (its progress token and
+/// other keys); `inputResponses` and `requestState` are the gateway's alone.
+fn typed_call(
+    claims: &Claims,
+    method: Method,
+    id: Value,
+    params: Option<Map<String, Value>>,
+) -> Result<Call, Error> {
+    let translated = claims.t.as_ref().expect("a translated session");
+    let mut params = params.unwrap_or_default();
+    params.remove("inputResponses");
+    params.remove("requestState");
+    let own = match params.remove("_meta") {
+        Some(Value::Object(m)) => m,
+        _ => Map::new(),
+    };
+    let name = match method.name_key() {
+        None => None,
+        Some(key) => match params.get(key) {
+            Some(Value::String(name)) => Some(name.clone()),
+            _ => return Err(Error::invalid_params(format!("missing params.{key}"))),
         },
-        _ => read.await,
     };
-    let body = match read {
-        Err(_) => return Err(Error::UpstreamTimeout.into()),
-        Ok(r) => r.map_err(|e| crate::upstream::map_post_error(e, true))?,
-    };
-    if crate::upstream::event_limit::too_many_values(&body, upstream.max_response()) {
-        return Err(Error::UpstreamTooLarge.into());
-    }
-    let msg: Value = match serde_json::from_slice(&body) {
-        Ok(v) if json => v,
-        _ => {
-            let why = if (200..300).contains(&status) { "content type" } else { "error status" };
-            return Err(Error::UpstreamInvalid(why).into());
-        }
-    };
-    if msg.get("result").is_none() && msg.get("error").is_none() {
-        return Err(Error::UpstreamInvalid("not a JSON-RPC answer").into());
-    }
-    answer_to(upstream, sent, msg)
+    Ok(Call { id, method, params, meta: meta_of(translated, own), name })
 }
 
-/// `msg`, a response, if it answers the request `sent`; never delivered
-/// otherwise, and the upstream's idle connections are dropped.
-fn answer_to(upstream: &Transport, sent: &Value, msg: Value) -> Result<Value, Stop> {
-    if foreign_message(&msg, std::slice::from_ref(sent)) {
-        upstream.distrust();
-        return Err(Error::UpstreamInvalid("an answer to another request").into());
+/// A translated session's `_meta` for one call: the token's capabilities
+/// and clientInfo, the client's progress token and its keys of no one's
+/// reserved prefix.
+fn meta_of(translated: &Translated, mut own: Map<String, Value>) -> Meta {
+    let progress_token = own.remove("progressToken").filter(|t| t.is_string() || t.is_number());
+    own.retain(|k, _| !k.starts_with("io.modelcontextprotocol/"));
+    Meta {
+        protocol_version: MODERN_VERSION.into(),
+        capabilities: translated.c.as_object().cloned().unwrap_or_default(),
+        client_info: Some(translated.ci.clone()),
+        progress_token,
+        log_level: None,
+        passthrough: own,
     }
-    Ok(msg)
+}
+
+/// A call that ended without a result, answered inside the session (HTTP
+/// 200); the metric outcome.
+async fn fail_in_session(reply: Reply, id: &Value, stop: Stop) -> &'static str {
+    match stop {
+        Stop::Gone => "cancelled",
+        Stop::Error(error) => {
+            let reason = error_reason(&error);
+            reply.finish(StatusCode::OK, &json!({"jsonrpc": "2.0", "id": id, "error": error})).await;
+            reason
+        }
+    }
 }
 
 /// The InitializeResult for `version`, from a discover result.

@@ -19,6 +19,7 @@ use dashmap::DashMap;
 use http::StatusCode;
 use serde_json::{json, Value};
 
+use super::half::{Outcome, UpstreamHalf};
 use super::{Caller, Services, Target};
 use crate::config::{Config, Route};
 use crate::error::{error_body, Error};
@@ -109,7 +110,10 @@ impl Bridge {
             // (it is moved into a box for every request, and kept while parked).
             Method::Discover => Box::pin(self.discover(target, &call, &caller)).await,
             Method::SubscriptionsListen => return Box::pin(self.listen(target, &call, &caller, reply)).await,
-            _ => self.try_forward(target, &call, &caller, &mut reply).await.unwrap_or_else(Done::Failed),
+            _ => self
+                .try_forward(target, &call, &caller, &mut reply, Mirrored::Checked)
+                .await
+                .unwrap_or_else(Done::Failed),
         };
         let (status, body, outcome) = match done {
             Done::Result(result) => {
@@ -193,6 +197,7 @@ impl Bridge {
         call: &Call,
         caller: &Caller,
         reply: &mut Reply,
+        mirrored: Mirrored,
     ) -> Result<Done, Error> {
         mrtr::check_responses_shape(&call.params)?;
         let route = &*target.route;
@@ -226,12 +231,11 @@ impl Bridge {
                 (transport, session, exclusive)
             }
         };
-        if call.method == Method::ToolsCall {
-            self.tool_headers
-                .check(&session.key.route, call, caller, || {
-                    list_tools(&session, route.upstream.response_timeout)
-                })
-                .await?;
+        // A new run of a tool: a 2026 client mirrors its annotated
+        // arguments in headers (the tools listed on the call's session).
+        if call.method == Method::ToolsCall && mirrored == Mirrored::Checked {
+            let list = || list_tools(&session, route.upstream.response_timeout);
+            self.tool_headers.check(&session.key.route, call, caller, list).await?;
         }
         let deadline = tokio::time::Instant::now() + route.upstream.call_timeout;
         let mut retried = false;
@@ -358,6 +362,61 @@ impl Bridge {
             view.filter(cx.call.method.as_str(), &mut result);
         }
         Done::Result(translate::result(cx.call.method, cx.route, &session.init, result))
+    }
+}
+
+/// Whether a call's `Mcp-Param-*` headers are the client's to check
+/// against the tool's annotations (a 2026 client's), or there are none
+/// (a call the gateway wrote for a translated client).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mirrored {
+    Checked,
+    Unchecked,
+}
+
+/// Pooled legacy sessions as an upstream half: the call of a client half
+/// that is not the 2026 front door (a translated legacy session). Its
+/// questions park the call here and come back as an `input_required` result
+/// whose `requestState` resumes it (on this replica: the client half's
+/// retry is its own).
+impl UpstreamHalf for Bridge {
+    async fn call(&self, target: &Target, call: Call, caller: &Caller, notes: &mut Reply) -> Outcome {
+        let done = match call.method {
+            Method::Discover => Box::pin(self.discover(target, &call, caller)).await,
+            // A stream of its own, not one outcome.
+            Method::SubscriptionsListen => return Error::MethodNotFound(call.method.as_str().into()).into(),
+            // Written by the gateway: no client headers to check.
+            _ => self
+                .try_forward(target, &call, caller, notes, Mirrored::Unchecked)
+                .await
+                .unwrap_or_else(Done::Failed),
+        };
+        match done {
+            Done::Result(result) => Outcome::of_result(result),
+            Done::Text(text) => match serde_json::from_str(&text) {
+                Ok(result) => Outcome::of_result(result),
+                Err(_) => Error::UpstreamInvalid("result is not an object").into(),
+            },
+            Done::Failed(e) => e.into(),
+            Done::Cancelled => Outcome::Gone,
+            // A retry forwarded to another replica is the 2026 client's alone.
+            Done::Relay(_) | Done::Input(_) | Done::Raw(_) => {
+                Error::Internal("unfinished call".into()).into()
+            }
+        }
+    }
+
+    /// Not offered yet: a pooled session's list changes reach 2026 clients
+    /// ([`Bridge::listen`]), not translated sessions.
+    async fn listen(
+        &self,
+        _target: &Target,
+        _call: Call,
+        _caller: &Caller,
+        _rewrite: super::relay::Rewrite,
+        _hold: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Result<http::Response<crate::reply::Body>, Error> {
+        Err(Error::MethodNotAllowed)
     }
 }
 

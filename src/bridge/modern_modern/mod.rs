@@ -12,6 +12,7 @@
 //! cancellation.
 
 mod envelope;
+mod exchange;
 
 use std::any::Any;
 use std::sync::Arc;
@@ -33,6 +34,9 @@ use envelope::{Expect, Rejected};
 
 pub struct Bridge {
     services: Arc<Services>,
+    /// The tools' `x-mcp-header` annotations, for the typed calls of
+    /// translated clients ([`exchange`]): a 2026 client writes its own headers.
+    tool_headers: super::tool_headers::Cache,
 }
 
 /// What an upstream `requestState` is sealed with: the call's bindings and
@@ -135,7 +139,7 @@ fn splice(text: &str, span: std::ops::Range<usize>, value: &str) -> String {
 
 impl Bridge {
     pub fn new(services: Arc<Services>) -> Bridge {
-        Bridge { services }
+        Bridge { services, tool_headers: super::tool_headers::Cache::default() }
     }
 
     /// Passes `call` (whose body is the caller's, as received) to the
