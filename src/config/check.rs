@@ -85,7 +85,10 @@ pub fn routing_table(routes: &[Arc<Route>]) -> String {
             let generation = match (u.generation, u.legacy_clients) {
                 (UpstreamGeneration::Auto, LegacyClientMode::Relay) => "auto",
                 (UpstreamGeneration::Auto, LegacyClientMode::Translate) => "auto (legacy clients translated)",
-                (UpstreamGeneration::Legacy, _) => "legacy",
+                (UpstreamGeneration::Legacy, LegacyClientMode::Relay) => "legacy",
+                (UpstreamGeneration::Legacy, LegacyClientMode::Translate) => {
+                    "legacy (legacy clients translated onto pooled sessions)"
+                }
                 (UpstreamGeneration::Modern, LegacyClientMode::Relay) => "modern",
                 (UpstreamGeneration::Modern, LegacyClientMode::Translate) => {
                     "modern (legacy clients translated)"

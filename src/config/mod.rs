@@ -134,14 +134,15 @@ pub struct UpstreamHeader {
     pub source: SecretSource,
 }
 
-/// `legacy_clients` in an upstream's configuration: for a 2026 upstream
-/// that also serves the session era (one that serves only 2026 is always
-/// translated).
+/// `legacy_clients` in an upstream's configuration: how legacy clients
+/// reach an upstream that serves the session era (one that serves only
+/// 2026 is always translated).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LegacyClientMode {
     /// To the upstream's own session support.
     Relay,
-    /// As stateless 2026 calls, their sessions kept in sealed tokens.
+    /// As typed calls, their sessions kept in sealed tokens: stateless 2026
+    /// calls on a 2026 upstream, calls on pooled sessions on a legacy one.
     Translate,
 }
 
