@@ -19,8 +19,8 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use crate::bridge::{
-    legacy_legacy, legacy_modern, modern_legacy, modern_modern, Caller, Cell, Generation, Held, Services,
-    Target, Targets,
+    legacy_legacy, legacy_modern, modern_client, modern_legacy, modern_modern, Caller, Cell, Generation,
+    Held, Services, Target, Targets,
 };
 use crate::cluster;
 use crate::config::{Config, ConnLimits};
@@ -697,7 +697,17 @@ impl Gateway {
         let gateway = self.clone();
         // Boxed: it may move to a task of its own (`Inline`), with the record.
         let work: Work = crate::observe::carry(async move {
-            let outcome = gateway.modern_legacy.serve(&target, call, caller, reply).await;
+            let sessions = &gateway.modern_legacy;
+            let outcome = match call.method {
+                front::Method::SubscriptionsListen => {
+                    sessions.listen_to(&target, &call, &caller, reply).await
+                }
+                _ => {
+                    let mut reply = reply;
+                    let outcome = sessions.serve(&target, &call, &caller, &mut reply).await;
+                    modern_client::answer(&call.id, outcome, reply).await
+                }
+            };
             target.observed(outcome);
             gateway.services.count(
                 &target,

@@ -29,7 +29,7 @@ use http::Response;
 #[derive(Debug)]
 pub enum Outcome {
     /// The call's result.
-    Complete(Map<String, Value>),
+    Complete(Payload),
     /// Questions for the user: the `input_required` result, with its
     /// `inputRequests` and the `requestState` the retry must carry back
     /// (sealed by the upstream half when it is the gateway's own).
@@ -39,6 +39,29 @@ pub enum Outcome {
     Failed(Failure),
     /// The client left; the upstream was told to stop where it could be.
     Gone,
+    /// Answered whole by the replica that holds the call (a 2026 client's
+    /// retry, forwarded there): for the client half that sent the retry.
+    Answered(Box<Response<Body>>),
+}
+
+/// A result: as a tree, or as JSON text already shaped (the common case
+/// of a 2026 client, passed on without building a tree).
+#[derive(Debug)]
+pub enum Payload {
+    Tree(Map<String, Value>),
+    Text(String),
+}
+
+impl Payload {
+    /// The result as a tree (text is parsed).
+    pub fn into_tree(self) -> Result<Map<String, Value>, Error> {
+        match self {
+            Payload::Tree(tree) => Ok(tree),
+            Payload::Text(text) => {
+                serde_json::from_str(&text).map_err(|_| Error::UpstreamInvalid("result is not an object"))
+            }
+        }
+    }
 }
 
 /// Why a call failed.
@@ -55,18 +78,19 @@ impl Outcome {
     pub fn of_result(result: Map<String, Value>) -> Outcome {
         match result.get("resultType").and_then(Value::as_str) {
             Some("input_required") => Outcome::InputRequired(result),
-            _ => Outcome::Complete(result),
+            _ => Outcome::Complete(Payload::Tree(result)),
         }
     }
 
-    /// The metric outcome of a call that ended so.
+    /// The metric outcome of a call that ended so (a round of questions
+    /// is an answer like a result).
     pub fn label(&self) -> &'static str {
         match self {
-            Outcome::Complete(_) => "ok",
-            Outcome::InputRequired(_) => "input_required",
+            Outcome::Complete(_) | Outcome::InputRequired(_) => "ok",
             Outcome::Failed(Failure::Gateway(e)) => e.reason(),
             Outcome::Failed(Failure::Upstream(_)) => "upstream_error",
             Outcome::Gone => "cancelled",
+            Outcome::Answered(_) => "forwarded",
         }
     }
 }

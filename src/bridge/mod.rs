@@ -15,6 +15,7 @@
 pub mod half;
 pub mod legacy_legacy;
 pub mod legacy_modern;
+pub mod modern_client;
 pub mod modern_modern;
 pub mod quota;
 mod rejected;

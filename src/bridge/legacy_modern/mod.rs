@@ -285,7 +285,7 @@ impl Bridge {
         let (mut notes, _quiet) = Reply::new(false);
         let asked = without_client_token(upstream.call(target, call, caller, &mut notes)).await;
         let result = match asked {
-            Outcome::Complete(result) => Value::Object(result),
+            Outcome::Complete(result) => Value::Object(result.into_tree()?),
             Outcome::Failed(Failure::Gateway(e)) => return Err(e),
             _ => return Err(Error::UpstreamInvalid("discover")),
         };
@@ -366,7 +366,8 @@ impl Bridge {
     ) -> Result<Value, Stop> {
         for _ in 0..MAX_ROUNDS {
             let mut result = match upstream.call(target, call.clone(), caller, reply).await {
-                Outcome::Complete(mut result) => {
+                Outcome::Complete(result) => {
+                    let mut result = result.into_tree()?;
                     strip_modern(&mut result);
                     return Ok(Value::Object(result));
                 }
@@ -374,6 +375,10 @@ impl Bridge {
                 Outcome::Failed(Failure::Upstream(error)) => return Err(Stop::Error(legacy_error(&error))),
                 Outcome::Failed(Failure::Gateway(e)) => return Err(e.into()),
                 Outcome::Gone => return Err(Stop::Gone),
+                // Its retries are its own, on this replica.
+                Outcome::Answered(_) => {
+                    return Err(Error::Internal("a retry answered elsewhere".into()).into())
+                }
             };
             let state = result.remove("requestState");
             let requests = match result.remove("inputRequests") {

@@ -16,13 +16,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use dashmap::DashMap;
-use http::StatusCode;
 use serde_json::{json, Value};
 
-use super::half::{Outcome, UpstreamHalf};
+use super::half::{Outcome, Payload, UpstreamHalf};
 use super::{Caller, Services, Target};
 use crate::config::{Config, Route};
-use crate::error::{error_body, Error};
+use crate::error::Error;
 use crate::front::{Call, Method, SUPPORTED_VERSIONS};
 use crate::metrics::Metrics;
 use crate::park::ParkingLot;
@@ -102,49 +101,52 @@ impl Bridge {
         }
     }
 
-    /// Serves one call to the end, writing its answer to `reply`.
-    /// Returns the outcome label for metrics.
-    pub async fn serve(&self, target: &Target, call: Call, caller: Caller, mut reply: Reply) -> &'static str {
+    /// A `subscriptions/listen` of a 2026 client: its stream, written to
+    /// `reply` for as long as it lasts. The outcome label for metrics.
+    pub async fn listen_to(
+        &self,
+        target: &Target,
+        call: &Call,
+        caller: &Caller,
+        reply: Reply,
+    ) -> &'static str {
+        Box::pin(self.listen(target, call, caller, reply)).await
+    }
+
+    /// Runs one call to its outcome; `mirrored`: whether the call's
+    /// `Mcp-Param-*` headers are the client's to check.
+    async fn outcome(
+        &self,
+        target: &Target,
+        call: &Call,
+        caller: &Caller,
+        notes: &mut Reply,
+        mirrored: Mirrored,
+    ) -> Outcome {
         let done = match call.method {
             // Rare paths are boxed: the common path's future stays small
             // (it is moved into a box for every request, and kept while parked).
-            Method::Discover => Box::pin(self.discover(target, &call, &caller)).await,
-            Method::SubscriptionsListen => return Box::pin(self.listen(target, &call, &caller, reply)).await,
-            _ => self
-                .try_forward(target, &call, &caller, &mut reply, Mirrored::Checked)
-                .await
-                .unwrap_or_else(Done::Failed),
+            Method::Discover => Box::pin(self.discover(target, call, caller)).await,
+            // A stream of its own, not one outcome ([`Bridge::listen_to`]).
+            Method::SubscriptionsListen => return Error::MethodNotFound(call.method.as_str().into()).into(),
+            _ => self.try_forward(target, call, caller, notes, mirrored).await.unwrap_or_else(Done::Failed),
         };
-        let (status, body, outcome) = match done {
-            Done::Result(result) => {
-                // Built by hand: `json!` would deep-copy the result.
-                let mut msg = serde_json::Map::new();
-                msg.insert("jsonrpc".into(), Value::from("2.0"));
-                msg.insert("id".into(), call.id.clone());
-                msg.insert("result".into(), Value::Object(result));
-                (StatusCode::OK, Value::Object(msg), "ok")
-            }
-            Done::Failed(err) => {
-                (err.status(), error_body(Some(&call.id), &err, SUPPORTED_VERSIONS), err.reason())
-            }
-            Done::Cancelled => return "cancelled",
-            Done::Relay(response) => {
-                let _ = reply.relay(response);
-                return "forwarded";
-            }
-            Done::Text(result) => {
-                reply.finish_raw(StatusCode::OK, result_response(&call.id, &result)).await;
-                return "ok";
-            }
+        match done {
+            Done::Result(result) => Outcome::of_result(result),
+            // Shaped text is a complete result: questions come as a tree.
+            Done::Text(text) => Outcome::Complete(Payload::Text(text)),
+            Done::Failed(e) => e.into(),
+            Done::Cancelled => Outcome::Gone,
+            Done::Relay(response) => Outcome::Answered(Box::new(response)),
             // Neither reaches here: questions are parked, results are shaped.
-            Done::Input(_) | Done::Raw(_) => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                error_body(Some(&call.id), &Error::Internal("unfinished call".into()), SUPPORTED_VERSIONS),
-                "internal",
-            ),
-        };
-        reply.finish(status, &body).await;
-        outcome
+            Done::Input(_) | Done::Raw(_) => Error::Internal("unfinished call".into()).into(),
+        }
+    }
+
+    /// A 2026 client's call (the front door's): its outcome, the client's
+    /// `Mcp-Param-*` headers checked.
+    pub async fn serve(&self, target: &Target, call: &Call, caller: &Caller, notes: &mut Reply) -> Outcome {
+        self.outcome(target, call, caller, notes, Mirrored::Checked).await
     }
 
     async fn discover(&self, target: &Target, call: &Call, caller: &Caller) -> Done {
@@ -381,29 +383,8 @@ enum Mirrored {
 /// retry is its own).
 impl UpstreamHalf for Bridge {
     async fn call(&self, target: &Target, call: Call, caller: &Caller, notes: &mut Reply) -> Outcome {
-        let done = match call.method {
-            Method::Discover => Box::pin(self.discover(target, &call, caller)).await,
-            // A stream of its own, not one outcome.
-            Method::SubscriptionsListen => return Error::MethodNotFound(call.method.as_str().into()).into(),
-            // Written by the gateway: no client headers to check.
-            _ => self
-                .try_forward(target, &call, caller, notes, Mirrored::Unchecked)
-                .await
-                .unwrap_or_else(Done::Failed),
-        };
-        match done {
-            Done::Result(result) => Outcome::of_result(result),
-            Done::Text(text) => match serde_json::from_str(&text) {
-                Ok(result) => Outcome::of_result(result),
-                Err(_) => Error::UpstreamInvalid("result is not an object").into(),
-            },
-            Done::Failed(e) => e.into(),
-            Done::Cancelled => Outcome::Gone,
-            // A retry forwarded to another replica is the 2026 client's alone.
-            Done::Relay(_) | Done::Input(_) | Done::Raw(_) => {
-                Error::Internal("unfinished call".into()).into()
-            }
-        }
+        // Written by the gateway: no client headers to check.
+        self.outcome(target, &call, caller, notes, Mirrored::Unchecked).await
     }
 
     /// Not offered yet: a pooled session's list changes reach 2026 clients
@@ -420,16 +401,6 @@ impl UpstreamHalf for Bridge {
     }
 }
 
-/// `{"jsonrpc":"2.0","id":…,"result":…}` around a result already in JSON text.
-fn result_response(id: &Value, result: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(result.len() + 48);
-    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-    serde_json::to_writer(&mut out, id).expect("an id serialises");
-    out.extend_from_slice(b",\"result\":");
-    out.extend_from_slice(result.as_bytes());
-    out.push(b'}');
-    out
-}
 /// The annotations of the upstream's whole tool list, asked on `session`.
 async fn list_tools(
     session: &Session,
