@@ -42,6 +42,9 @@ pub(super) enum Resumed {
     Replay(BTreeMap<String, Value>),
 }
 
+/// A new round's `input_required` result, or why the call ended instead.
+type Round = Result<Map<String, Value>, Error>;
+
 /// A round whose state would be longer than a `requestState` may be: the
 /// call ends (its questions declined), with this answer.
 fn too_large() -> Error {
@@ -499,7 +502,7 @@ impl Bridge {
         cx: Ctx<'_>,
         flow_id: Option<String>,
         mut flow: ParkedFlow,
-    ) -> Result<Result<Map<String, Value>, Error>, (Box<ParkedFlow>, park::Refused)> {
+    ) -> Result<Round, (Box<ParkedFlow>, park::Refused)> {
         if let Err(why) = self.parked.admits(&cx.caller.principal) {
             return Err((Box::new(flow), why));
         }
