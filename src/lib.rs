@@ -23,6 +23,7 @@ pub mod ratelog;
 pub mod reload;
 pub mod reply;
 pub mod seal;
+pub mod sealed;
 pub mod server;
 pub mod tls;
 pub mod upstream;

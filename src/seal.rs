@@ -1,6 +1,6 @@
 //! Sealing: values the gateway hands to clients and must get back unaltered
-//! (pagination cursors now, `requestState` later) are encrypted and
-//! authenticated with AES-256-GCM.
+//! are encrypted and authenticated with AES-256-GCM. What is sealed, for
+//! which purpose and with which checks is [`crate::sealed`]'s.
 //!
 //! Blob: `base64url( version ‖ key-id length ‖ key id ‖ salt(16) ‖ nonce(12) ‖ ciphertext )`.
 //! Each blob is sealed under a sub-key derived with HKDF-SHA256 from the named
@@ -156,6 +156,13 @@ impl Sealer {
     }
 
     pub fn open(&self, aad: &[u8], blob: &str) -> Result<Vec<u8>, SealError> {
+        self.open_first(&[aad], blob).map(|(_, plaintext)| plaintext)
+    }
+
+    /// Opens `blob` under the first of `aads` it was sealed with: that one's
+    /// index, and the plaintext. The sub-key is derived once; each associated
+    /// data tried costs one tag check.
+    pub fn open_first(&self, aads: &[&[u8]], blob: &str) -> Result<(usize, Vec<u8>), SealError> {
         let raw = URL_SAFE_NO_PAD.decode(blob).map_err(|_| SealError::Malformed)?;
         let (&version, rest) = raw.split_first().ok_or(SealError::Malformed)?;
         let (&id_len, rest) = rest.split_first().ok_or(SealError::Malformed)?;
@@ -167,9 +174,13 @@ impl Sealer {
         let (nonce, ct) = rest.split_at(NONCE_LEN);
         let keys = self.keys.load();
         let key = keys.iter().find(|k| k.id.as_bytes() == id).ok_or(SealError::UnknownKey)?;
-        Self::cipher(key, salt)
-            .decrypt(Nonce::from_slice(nonce), Payload { msg: ct, aad })
-            .map_err(|_| SealError::Forged)
+        let cipher = Self::cipher(key, salt);
+        aads.iter()
+            .enumerate()
+            .find_map(|(i, &aad)| {
+                cipher.decrypt(Nonce::from_slice(nonce), Payload { msg: ct, aad }).ok().map(|p| (i, p))
+            })
+            .ok_or(SealError::Forged)
     }
 }
 
@@ -210,5 +221,14 @@ mod tests {
         let fresh = rotated.seal(b"", b"y");
         assert_eq!(old.open(b"", &fresh), Err(SealError::UnknownKey));
         assert_eq!(old.open(b"", "!!"), Err(SealError::Malformed));
+    }
+
+    #[test]
+    fn open_first_names_the_associated_data_that_opened() {
+        let s = Sealer::new(vec![key("k1", 1)]);
+        let blob = s.seal(b"b", b"x");
+        assert_eq!(s.open_first(&[b"a", b"b", b"c"], &blob), Ok((1, b"x".to_vec())));
+        assert_eq!(s.open_first(&[b"a", b"c"], &blob), Err(SealError::Forged));
+        assert_eq!(s.open_first(&[], &blob), Err(SealError::Forged));
     }
 }

@@ -18,13 +18,11 @@ pub mod legacy_modern;
 pub mod modern_client;
 pub mod modern_modern;
 pub mod quota;
-mod rejected;
 pub mod relay;
 pub mod session_token;
 mod target;
 pub mod tool_headers;
 
-pub use rejected::Rejected;
 pub use target::{Admitted, Ask, Detected, Target, Targets};
 pub mod modern_legacy;
 

@@ -111,6 +111,8 @@ pub struct Call {
     pub meta: Meta,
     /// `params.name` or `params.uri`, for methods that mirror it in `Mcp-Name`.
     pub name: Option<String>,
+    /// `params.requestState`, opened once by whoever needs it first.
+    pub request_state: crate::sealed::Carried,
 }
 
 /// What the front door made of a message.
@@ -242,7 +244,14 @@ fn validate(
             Some(name.to_string())
         }
     };
-    Ok(Message::Call(Box::new(Call { id: id.expect("requests have ids"), method, params, meta, name })))
+    Ok(Message::Call(Box::new(Call {
+        id: id.expect("requests have ids"),
+        method,
+        params,
+        meta,
+        name,
+        request_state: Default::default(),
+    })))
 }
 
 #[cfg(test)]

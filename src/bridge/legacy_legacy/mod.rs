@@ -30,8 +30,9 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::front::headers::{LAST_EVENT_ID, PROTOCOL_VERSION, SESSION_ID};
 use crate::front::legacy::Peeked;
-use crate::metrics::{OpenedLabels, ReasonLabels};
+use crate::metrics::OpenedLabels;
 use crate::reply::{self, Body};
+use crate::sealed::Purpose;
 use crate::upstream::answers::{judge, Verdict};
 use crate::upstream::{h1, PostError, SessionWire, Transport, ACCEPT_BOTH};
 
@@ -175,7 +176,7 @@ impl Bridge {
         }
         let (claims, upstream) = self.session(target, caller)?;
         let wire = wire(&claims, &caller.headers);
-        let gone = |status: u16| status == 404 && claims.u.is_some();
+        let gone = |status: u16| status == 404 && claims.upstream_session.is_some();
         if !get {
             let resp = self.send(target, upstream, "DELETE", &wire, &[("accept", ACCEPT_BOTH)], b"").await?;
             let status = resp.status;
@@ -299,16 +300,18 @@ impl Bridge {
         let upstream_session = minted;
         let now = crate::seal::unix_now();
         let claims = Claims {
-            r: target.route.id.clone(),
-            i: upstream.instance().to_string(),
-            u: upstream_session,
-            v: version,
-            p: caller.principal.clone(),
-            iat: now,
-            exp: now + self.session_ttl.as_secs(),
-            t: None,
+            route: target.route.id.clone(),
+            instance: upstream.instance().to_string(),
+            upstream_session,
+            version,
+            principal: caller.principal.clone(),
+            issued: now,
+            expires: now + self.session_ttl.as_secs(),
+            translated: None,
         };
-        let token = token::issue(&self.services.sealer, &claims);
+        // Under the cap: the upstream's session id is at most MAX_UPSTREAM_SESSION_ID.
+        let token = token::issue(&self.services.sealer, &claims)
+            .map_err(|_| Error::UpstreamInvalid("session id too long"))?;
         let token = HeaderValue::from_str(&token).expect("base64url is a valid header value");
         self.services
             .metrics
@@ -389,7 +392,7 @@ impl Bridge {
         drop(body_share);
         match resp.status {
             202 => Ok(reply::empty(StatusCode::ACCEPTED)),
-            404 if claims.u.is_some() => Err(self.gone(target)),
+            404 if claims.upstream_session.is_some() => Err(self.gone(target)),
             200..=299 if resp.is_sse() => {
                 let mut relay = Relay::new(
                     resp.body,
@@ -509,35 +512,27 @@ impl Bridge {
         let claims =
             token::of_request(&self.services.sealer, &caller.headers, &target.route.id, &caller.principal)
                 .map_err(|why| self.reject(target, why))?;
-        if claims.t.is_some() {
+        if claims.translated.is_some() {
             return Err(self.reject(target, Rejected::OtherCell));
         }
         let upstream =
-            target.instance(&claims.i).ok_or_else(|| self.reject(target, Rejected::OtherInstance))?;
+            target.instance(&claims.instance).ok_or_else(|| self.reject(target, Rejected::OtherInstance))?;
         Ok((claims, upstream))
     }
 
     fn reject(&self, target: &Target, why: Rejected) -> Error {
-        self.count_rejected(target, why.reason());
-        Error::SessionNotFound
+        why.refuse(Purpose::LegacySession, &target.route.id, &self.services.metrics)
     }
 
     /// The upstream no longer knows the session: the client starts over.
     fn gone(&self, target: &Target) -> Error {
-        self.count_rejected(target, "upstream_gone");
-        Error::SessionNotFound
+        self.reject(target, Rejected::UpstreamGone)
     }
 
     /// The session's instance cannot be reached (nothing was sent): the
     /// session ends, the client starts a new one on an instance that is up.
     fn instance_gone(&self, target: &Target) -> Error {
-        self.count_rejected(target, "instance_unreachable");
-        Error::SessionNotFound
-    }
-
-    fn count_rejected(&self, target: &Target, reason: &'static str) {
-        let labels = ReasonLabels { route: target.route.id.clone(), reason };
-        self.services.metrics.session_tokens_rejected.get_or_create(&labels).inc();
+        self.reject(target, Rejected::InstanceGone)
     }
 
     fn error(&self, id: Option<&Value>, err: &Error) -> Response<Body> {
@@ -548,7 +543,7 @@ impl Bridge {
 /// The upstream session a request goes to: the token's session id, and the
 /// version header as the client sent it (2025-03-26 clients send none).
 fn wire(claims: &Claims, headers: &HeaderMap) -> SessionWire {
-    SessionWire { id: claims.u.clone(), version: client_version(headers) }
+    SessionWire { id: claims.upstream_session.clone(), version: client_version(headers) }
 }
 
 fn client_version(headers: &HeaderMap) -> Option<String> {

@@ -38,6 +38,7 @@ use crate::front::legacy::Peeked;
 use crate::front::{Call, Meta, Method, MODERN_VERSION, SUPPORTED_VERSIONS};
 use crate::metrics::{MethodLabels, OpenedLabels, ReasonLabels};
 use crate::reply::{self, Body, Reply};
+use crate::sealed::Purpose;
 use crate::upstream::credentials::without_client_token;
 use question::{Answer, QuestionId, Rounds};
 
@@ -178,7 +179,7 @@ impl Bridge {
             return Err(Error::MethodNotAllowed);
         }
         let place = self.services.stream_place(&target.route.id, &caller.principal)?;
-        let translated = claims.t.as_ref().expect("a translated session");
+        let translated = claims.translated.as_ref().expect("a translated session");
         let mut params = Map::new();
         params.insert("notifications".into(), Value::Object(filter));
         let call = Call {
@@ -187,6 +188,7 @@ impl Bridge {
             params,
             meta: meta_of(translated, Map::new()),
             name: None,
+            request_state: Default::default(),
         };
         upstream.listen(target, call, caller, Box::new(listen_event), Box::new((place, hold))).await
     }
@@ -198,12 +200,8 @@ impl Bridge {
         }
         let route = &target.route.id;
         let claims = token::of_request(&self.services.sealer, &caller.headers, route, &caller.principal)
-            .and_then(|c| if c.t.is_some() { Ok(c) } else { Err(Rejected::OtherCell) })
-            .map_err(|why| {
-                let labels = ReasonLabels { route: route.clone(), reason: why.reason() };
-                self.services.metrics.session_tokens_rejected.get_or_create(&labels).inc();
-                Error::SessionNotFound
-            })?;
+            .and_then(|c| if c.translated.is_some() { Ok(c) } else { Err(Rejected::OtherCell) })
+            .map_err(|why| why.refuse(Purpose::LegacySession, route, &self.services.metrics))?;
         Ok(claims)
     }
 
@@ -230,23 +228,25 @@ impl Bridge {
         };
         let version = requested.filter(|v| LEGACY_VERSIONS.contains(v)).unwrap_or(LEGACY_VERSIONS[0]);
         let translated = Translated {
-            c: client_capabilities(params.get("capabilities"))?,
-            ci: client_info(params.get("clientInfo")),
-            s: Some(super::random_id()),
+            capabilities: client_capabilities(params.get("capabilities"))?,
+            client_info: client_info(params.get("clientInfo")),
+            session_id: Some(super::random_id()),
         };
         let now = crate::seal::unix_now();
         let claims = Claims {
-            r: target.route.id.clone(),
+            route: target.route.id.clone(),
             // No upstream session, so no instance: each call goes to any.
-            i: String::new(),
-            u: None,
-            v: Some(version.to_string()),
-            p: caller.principal.clone(),
-            iat: now,
-            exp: now + self.session_ttl.as_secs(),
-            t: Some(translated),
+            instance: String::new(),
+            upstream_session: None,
+            version: Some(version.to_string()),
+            principal: caller.principal.clone(),
+            issued: now,
+            expires: now + self.session_ttl.as_secs(),
+            translated: Some(translated),
         };
-        let token = token::issue(&self.services.sealer, &claims);
+        let token = token::issue(&self.services.sealer, &claims).map_err(|_| {
+            Error::InvalidRequest("capabilities and clientInfo too large to carry in a session id".into())
+        })?;
         let token = HeaderValue::from_str(&token).expect("base64url is a valid header value");
         let result = initialize_result(&discover, version);
         let labels =
@@ -280,7 +280,8 @@ impl Bridge {
             log_level: None,
             passthrough: Map::new(),
         };
-        let call = Call { id: json!(0), method: Method::Discover, params: Map::new(), meta, name: None };
+        let (params, request_state) = (Map::new(), Default::default());
+        let call = Call { id: json!(0), method: Method::Discover, params, meta, name: None, request_state };
         // Nothing of a discover is the client's to see on the way.
         let (mut notes, _quiet) = Reply::new(false);
         let asked = without_client_token(upstream.call(target, call, caller, &mut notes)).await;
@@ -416,11 +417,11 @@ impl Bridge {
         reply: &mut Reply,
     ) -> Result<Map<String, Value>, Stop> {
         let route = &target.route.id;
-        let translated = claims.t.as_ref().expect("a translated session");
+        let translated = claims.translated.as_ref().expect("a translated session");
         let session = session_of(claims, caller);
-        let version = claims.v.as_deref().unwrap_or(LEGACY_VERSIONS[0]);
+        let version = claims.version.as_deref().unwrap_or(LEGACY_VERSIONS[0]);
         for request in requests.values() {
-            if let Some(missing) = missing_capability(&translated.c, request) {
+            if let Some(missing) = missing_capability(&translated.capabilities, request) {
                 return Err(Stop::Error(json!({"code": -32600,
                     "message": format!("the server asks for a client capability this session did not declare: {}",
                         missing.as_object().and_then(|m| m.keys().next().cloned()).unwrap_or_default()),
@@ -452,16 +453,17 @@ impl Bridge {
             let qid = question::mint(
                 &self.services.sealer,
                 &QuestionId {
-                    o: self.services.instance.clone(),
-                    oa: self.services.cluster.as_ref().map(|c| c.advertise().to_string()),
-                    f: round.clone(),
-                    k: key.clone(),
-                    r: route.clone(),
-                    p: caller.principal.clone(),
-                    s: Some(session.clone()),
-                    exp,
+                    owner: self.services.instance.clone(),
+                    owner_address: self.services.cluster.as_ref().map(|c| c.advertise().to_string()),
+                    round: round.clone(),
+                    key: key.clone(),
+                    route: route.clone(),
+                    principal: caller.principal.clone(),
+                    session: Some(session.clone()),
+                    expires: exp,
                 },
-            );
+            )
+            .map_err(|_| Stop::from(Error::UpstreamInvalid("input key too long")))?;
             let method = request.get("method").and_then(Value::as_str).unwrap_or_default();
             let params = legacy_question_params(method, request.get("params"), version);
             let mut msg = json!({"jsonrpc": "2.0", "id": qid, "method": method});
@@ -535,11 +537,11 @@ impl Bridge {
             self.other_session(target);
             return;
         }
-        if q.o == self.services.instance {
+        if q.owner == self.services.instance {
             self.delivered(target, &q, answer, "here");
             return;
         }
-        let (Some(cluster), Some(owner)) = (&self.services.cluster, &q.oa) else {
+        let (Some(cluster), Some(owner)) = (&self.services.cluster, &q.owner_address) else {
             self.count_forwarded(target, "no_owner");
             return;
         };
@@ -574,7 +576,7 @@ impl Bridge {
             self.other_session(target);
             return true;
         }
-        if q.o == self.services.instance {
+        if q.owner == self.services.instance {
             self.delivered(target, &q, answer, "received");
         }
         true
@@ -588,18 +590,18 @@ impl Bridge {
             error: Option<Value>,
         }
         let resp: Response = serde_json::from_slice(body).ok()?;
-        let q = question::open(&self.services.sealer, &resp.id, &target.route.id, principal)?;
+        let q = question::open(&self.services.sealer, &resp.id, &target.route.id, principal).ok()?;
         let outcome = match (resp.result, resp.error) {
             (Some(result), None) => Ok(result),
             (None, Some(error)) => Err(error),
             _ => return None,
         };
-        let answer = Answer { key: q.k.clone(), outcome };
+        let answer = Answer { key: q.key.clone(), outcome };
         Some((q, answer))
     }
 
     fn delivered(&self, target: &Target, q: &QuestionId, answer: Answer, how: &'static str) {
-        let outcome = if self.rounds.deliver(&q.f, answer) { how } else { "no_round" };
+        let outcome = if self.rounds.deliver(&q.round, answer) { how } else { "no_round" };
         self.count_forwarded(target, outcome);
     }
 
@@ -625,7 +627,7 @@ impl Bridge {
 /// ([`Translated::session`]): its questions are bound to it.
 fn session_of(claims: &Claims, caller: &Caller) -> String {
     let token = caller.headers.get(&crate::front::headers::SESSION_ID).and_then(|v| v.to_str().ok());
-    claims.t.as_ref().expect("a translated session").session(token.unwrap_or_default())
+    claims.translated.as_ref().expect("a translated session").session(token.unwrap_or_default())
 }
 
 /// The listen filter for what the upstream announces (its discover
@@ -675,7 +677,7 @@ fn typed_call(
     id: Value,
     params: Option<Map<String, Value>>,
 ) -> Result<Call, Error> {
-    let translated = claims.t.as_ref().expect("a translated session");
+    let translated = claims.translated.as_ref().expect("a translated session");
     let mut params = params.unwrap_or_default();
     params.remove("inputResponses");
     params.remove("requestState");
@@ -690,7 +692,8 @@ fn typed_call(
             _ => return Err(Error::invalid_params(format!("missing params.{key}"))),
         },
     };
-    Ok(Call { id, method, params, meta: meta_of(translated, own), name })
+    let meta = meta_of(translated, own);
+    Ok(Call { id, method, params, meta, name, request_state: Default::default() })
 }
 
 /// A translated session's `_meta` for one call: the token's capabilities
@@ -701,8 +704,8 @@ fn meta_of(translated: &Translated, mut own: Map<String, Value>) -> Meta {
     own.retain(|k, _| !k.starts_with("io.modelcontextprotocol/"));
     Meta {
         protocol_version: MODERN_VERSION.into(),
-        capabilities: translated.c.as_object().cloned().unwrap_or_default(),
-        client_info: Some(translated.ci.clone()),
+        capabilities: translated.capabilities.as_object().cloned().unwrap_or_default(),
+        client_info: Some(translated.client_info.clone()),
         progress_token,
         log_level: None,
         passthrough: own,

@@ -1,8 +1,8 @@
 //! Questions a 2026 upstream asks (`input_required`), pushed to a legacy
 //! client as server-initiated requests on the SSE answer to its POST.
 //!
-//! Each pushed request's JSON-RPC id is a sealed token (purpose label
-//! `legacy-question`) naming the replica that holds the stream (its instance
+//! Each pushed request's JSON-RPC id is a sealed token ([`crate::sealed`],
+//! purpose [`Purpose::Question`]) naming the replica that holds the stream (its instance
 //! id and internal address), the round, the input key, the route, the
 //! principal, the session and an expiry. The client's answer may reach any
 //! replica: it opens the id, refuses an answer posted on another session
@@ -20,49 +20,68 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::seal::Sealer;
-
-/// The purpose label: no other sealed value opens as a question id.
-const AAD: &[u8] = b"legacy-question\0v1";
-/// Question ids longer than this are not opened.
-const MAX_ID: usize = 1024;
+use crate::sealed::{self, Bindings, Claims, Owner, Purpose, Rejected, Sealed};
 
 /// What a pushed question's id holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QuestionId {
     /// The replica holding the client's stream: instance id, internal address.
-    pub o: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub oa: Option<String>,
+    #[serde(rename = "o")]
+    pub owner: String,
+    #[serde(rename = "oa", default, skip_serializing_if = "Option::is_none")]
+    pub owner_address: Option<String>,
     /// The round and the upstream's input key.
-    pub f: String,
-    pub k: String,
+    #[serde(rename = "f")]
+    pub round: String,
+    #[serde(rename = "k")]
+    pub key: String,
     /// Route and principal the session belongs to.
-    pub r: String,
-    pub p: String,
+    #[serde(rename = "r")]
+    pub route: String,
+    #[serde(rename = "p")]
+    pub principal: String,
     /// The session the question was pushed on
     /// ([`Translated::session`](crate::bridge::session_token::Translated::session)).
     /// An id sealed by an older build has none: it still opens (a rolling
     /// upgrade keeps the rounds in flight), unbound, until its short expiry.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub s: Option<String>,
+    #[serde(rename = "s", default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
     /// Expiry, Unix seconds.
-    pub exp: u64,
+    #[serde(rename = "exp")]
+    pub expires: u64,
 }
 
-pub fn mint(sealer: &Sealer, q: &QuestionId) -> String {
-    sealer.seal(AAD, &serde_json::to_vec(q).expect("serialises"))
-}
+impl Claims for QuestionId {
+    const PURPOSE: Purpose = Purpose::Question;
 
-/// Opens an answer's id, for `route` and `principal`; `None` when it is not
-/// one of ours, or not theirs, or expired. Its session is the caller's to
-/// check ([`QuestionId::asked_on`]): a refusal for another session is counted
-/// apart.
-pub fn open(sealer: &Sealer, id: &str, route: &str, principal: &str) -> Option<QuestionId> {
-    if id.len() > MAX_ID {
-        return None;
+    fn bindings(&self) -> Bindings<'_> {
+        Bindings {
+            route: &self.route,
+            principal: &self.principal,
+            method: None,
+            expires_ms: Some(self.expires.saturating_mul(1000)),
+            instance: None,
+            owner: Some(Owner { instance: &self.owner, address: self.owner_address.as_deref() }),
+        }
     }
-    let q: QuestionId = serde_json::from_slice(&sealer.open(AAD, id).ok()?).ok()?;
-    (q.r == route && q.p == principal && crate::seal::unix_now() < q.exp).then_some(q)
+
+    fn v1_aad(_: &sealed::Expect<'_>) -> Vec<u8> {
+        b"legacy-question\0v1".to_vec()
+    }
+}
+
+/// The id of a question; refused when it would be too long (the upstream
+/// chose the input key).
+pub fn mint(sealer: &Sealer, q: &QuestionId) -> Result<String, Rejected> {
+    Sealed::seal(sealer, q)
+}
+
+/// Opens an answer's id, for `route` and `principal`, now. Its session is
+/// the caller's to check ([`QuestionId::asked_on`]): a refusal for another
+/// session is counted apart.
+pub fn open(sealer: &Sealer, id: &str, route: &str, principal: &str) -> Result<QuestionId, Rejected> {
+    let expect = sealed::Expect { route, principal, method: "", now_ms: sealed::now_ms() };
+    Sealed::<QuestionId>::open(sealer, id, &expect).map(Sealed::into_claims)
 }
 
 impl QuestionId {
@@ -71,7 +90,7 @@ impl QuestionId {
     /// an older build names no session and is taken on any of its
     /// principal's.
     pub fn asked_on(&self, session: Option<&str>) -> bool {
-        self.s.as_deref().is_none_or(|s| session == Some(s))
+        self.session.as_deref().is_none_or(|s| session == Some(s))
     }
 }
 
@@ -130,35 +149,41 @@ mod tests {
     fn an_id_opens_only_for_its_route_and_principal() {
         let sealer = Sealer::new(vec![SealKey { id: "k".into(), bytes: [5; 32] }]);
         let q = QuestionId {
-            o: "gw-a".into(),
-            oa: Some("10.0.0.1:9000".into()),
-            f: "round".into(),
-            k: "name".into(),
-            r: "/mcp".into(),
-            p: "alice".into(),
-            s: Some("session-a".into()),
-            exp: crate::seal::unix_now() + 60,
+            owner: "gw-a".into(),
+            owner_address: Some("10.0.0.1:9000".into()),
+            round: "round".into(),
+            key: "name".into(),
+            route: "/mcp".into(),
+            principal: "alice".into(),
+            session: Some("session-a".into()),
+            expires: crate::seal::unix_now() + 60,
         };
-        let id = mint(&sealer, &q);
-        assert_eq!(open(&sealer, &id, "/mcp", "alice"), Some(q.clone()));
-        assert_eq!(open(&sealer, &id, "/mcp", "mallory"), None);
-        assert_eq!(open(&sealer, &id, "/other", "alice"), None);
+        let id = mint(&sealer, &q).unwrap();
+        assert_eq!(open(&sealer, &id, "/mcp", "alice"), Ok(q.clone()));
+        assert_eq!(open(&sealer, &id, "/mcp", "mallory"), Err(Rejected::OtherPrincipal));
+        assert_eq!(open(&sealer, &id, "/other", "alice"), Err(Rejected::OtherRoute));
         assert!(q.asked_on(Some("session-a")));
         assert!(!q.asked_on(Some("session-b")), "another session of the same principal");
         assert!(!q.asked_on(None), "no session to check");
         // Sealed by a build that did not bind the session (a rolling
         // upgrade): opens, for its principal only, on any of its sessions.
         let unbound = serde_json::json!({"o": "gw-a", "f": "round", "k": "name", "r": "/mcp",
-            "p": "alice", "exp": q.exp});
-        let unbound = sealer.seal(AAD, unbound.to_string().as_bytes());
+            "p": "alice", "exp": q.expires});
+        let unbound = sealer.seal(b"legacy-question\0v1", unbound.to_string().as_bytes());
         let old = open(&sealer, &unbound, "/mcp", "alice").expect("an older id opens");
         assert!(old.asked_on(Some("session-b")) && old.asked_on(None));
-        assert_eq!(open(&sealer, &unbound, "/mcp", "mallory"), None);
-        let expired = mint(&sealer, &QuestionId { exp: 1, ..q });
-        assert_eq!(open(&sealer, &expired, "/mcp", "alice"), None);
+        assert_eq!(open(&sealer, &unbound, "/mcp", "mallory"), Err(Rejected::OtherPrincipal));
+        let expired = mint(&sealer, &QuestionId { expires: 1, ..q.clone() }).unwrap();
+        assert_eq!(open(&sealer, &expired, "/mcp", "alice"), Err(Rejected::Expired));
         let session = sealer.seal(b"legacy-session\0v1", b"{}");
-        assert_eq!(open(&sealer, &session, "/mcp", "alice"), None, "another purpose's token");
-        assert_eq!(open(&sealer, &"A".repeat(5000), "/mcp", "alice"), None);
+        assert_eq!(
+            open(&sealer, &session, "/mcp", "alice"),
+            Err(Rejected::Forged),
+            "another purpose's token"
+        );
+        assert_eq!(open(&sealer, &"A".repeat(5000), "/mcp", "alice"), Err(Rejected::TooLarge));
+        let long_key = QuestionId { key: "k".repeat(1024), ..q };
+        assert_eq!(mint(&sealer, &long_key), Err(Rejected::TooLarge));
     }
 
     #[tokio::test]
@@ -173,5 +198,17 @@ mod tests {
         drop(waiting);
         assert_eq!(rounds.len(), 0);
         assert!(!rounds.deliver("r1", answer("a")), "a round that ended takes nothing");
+    }
+
+    #[test]
+    fn ids_sealed_before_formats_had_versions_still_open() {
+        use crate::sealed::v1_fixtures as v1;
+        let q = open(&v1::sealer(), v1::QUESTION, "/mcp", "alice").expect("opens");
+        assert_eq!((q.owner.as_str(), q.owner_address.as_deref()), ("gw-a", Some("10.0.0.1:9000")));
+        assert_eq!((q.round.as_str(), q.key.as_str(), q.expires), ("round", "name", 4_000_000_000));
+        assert!(q.asked_on(Some("session-a")) && !q.asked_on(Some("session-b")));
+        assert_eq!(open(&v1::sealer(), v1::QUESTION, "/mcp", "bob"), Err(Rejected::OtherPrincipal));
+        let fresh = mint(&v1::sealer(), &q).unwrap();
+        assert_eq!(v1::sealer().open(Purpose::Question.aad(), &fresh).unwrap()[0], crate::sealed::FORMAT);
     }
 }

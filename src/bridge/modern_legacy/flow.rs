@@ -13,14 +13,16 @@ use serde_json::{json, Map, Value};
 use super::call::{self, Done, InFlight};
 use super::mrtr::{self, ParkedFlow};
 use super::session::Session;
-use super::{state, translate, Bridge, Ctx};
+use super::state::{self, FlowState, Rejected};
+use super::{translate, Bridge, Ctx};
 use crate::cluster::{ForwardError, Refused};
 use crate::config::Route;
 use crate::error::Error;
 use crate::front::Call;
-use crate::metrics::{MethodLabels, Metrics, QuotaLabels, ReasonLabels};
+use crate::metrics::{MethodLabels, Metrics, QuotaLabels};
 use crate::park;
 use crate::reply::Reply;
+use crate::sealed::Purpose;
 use crate::upstream::transport::{PostError, SessionWire, Streams};
 
 /// Longest time an abandoned flow's upstream stream is read after its
@@ -38,6 +40,15 @@ pub(super) enum Resumed {
     Reissue,
     /// Run the call again, answering its questions from these answers (replay mode).
     Replay(BTreeMap<String, Value>),
+}
+
+/// A new round's `input_required` result, or why the call ended instead.
+type Round = Result<Map<String, Value>, Error>;
+
+/// A round whose state would be longer than a `requestState` may be: the
+/// call ends (its questions declined), with this answer.
+fn too_large() -> Error {
+    Error::InvalidRequest("this call's questions and answers are too large to carry in a requestState".into())
 }
 
 impl ParkedFlow {
@@ -112,13 +123,8 @@ impl ParkedFlow {
 }
 
 impl Bridge {
-    fn rejected(&self, cx: Ctx<'_>, why: state::Rejected) -> Error {
-        self.services
-            .metrics
-            .request_state_rejected
-            .get_or_create(&ReasonLabels { route: cx.route.id.clone(), reason: why.reason() })
-            .inc();
-        why.error()
+    fn rejected(&self, cx: Ctx<'_>, why: Rejected) -> Error {
+        why.refuse(Purpose::FlowState, &cx.route.id, &self.services.metrics)
     }
 
     /// An answer that could not be delivered upstream: the instance holding
@@ -126,7 +132,7 @@ impl Bridge {
     /// answer may have reached it (never sent twice).
     fn undelivered(&self, cx: Ctx<'_>, e: PostError) -> Error {
         match e {
-            PostError::NotSent => self.rejected(cx, state::Rejected::InstanceGone),
+            PostError::NotSent => self.rejected(cx, Rejected::InstanceGone),
             _ => Error::OutcomeUnknown,
         }
     }
@@ -135,19 +141,17 @@ impl Bridge {
         self.services.metrics.parked_flows_open.set(self.parked.len() as i64);
     }
 
-    /// Opens a retry's `requestState` and acts on it. Nothing is sent upstream
-    /// unless the state opens and matches the retry (route, method, principal,
-    /// name, arguments, expiry).
-    pub(super) async fn resume(
-        &self,
-        cx: Ctx<'_>,
-        blob: &Value,
-        reply: &mut Reply,
-    ) -> Result<Resumed, Error> {
-        let Value::String(blob) = blob else { return Err(self.rejected(cx, state::Rejected::Invalid)) };
+    /// Acts on a retry's `requestState` (opened once for the call, see
+    /// [`state::opened`]). Nothing is sent upstream unless the state opens and
+    /// matches the retry (route, method, principal, name, arguments, expiry).
+    pub(super) async fn resume(&self, cx: Ctx<'_>, reply: &mut Reply) -> Result<Resumed, Error> {
+        let Some(opened) = state::opened(&self.services.sealer, &cx.route.id, cx.call) else {
+            return Err(self.rejected(cx, Rejected::Malformed));
+        };
         if !cx.call.method.allows_input() {
-            return Err(self.rejected(cx, state::Rejected::WrongRequest));
+            return Err(self.rejected(cx, Rejected::OtherRequest));
         }
+        let st = opened.map_err(|why| self.rejected(cx, why))?;
         let digest = state::params_digest(&cx.call.params);
         let expect = state::Expect {
             route: &cx.route.id,
@@ -157,24 +161,24 @@ impl Bridge {
             params_digest: &digest,
             now_ms: state::now_ms(),
         };
-        let st = state::open(&self.services.sealer, blob, &expect).map_err(|why| self.rejected(cx, why))?;
+        state::check(st, &expect).map_err(|why| self.rejected(cx, why))?;
         if cx.caller.forwarded {
             // Admitted by `admit_forwarded`: a flow parked here, nothing else.
-            if st.re || st.ans.is_some() || st.own != self.services.instance {
-                return Err(self.rejected(cx, state::Rejected::Invalid));
+            if !st.parks() || st.owner != self.services.instance {
+                return Err(self.rejected(cx, Rejected::FlowGone));
             }
             return self.resume_here(cx, st, reply).await.map(Resumed::Done);
         }
-        if st.re {
-            mrtr::answers_by_key(st.k.keys(), &cx.call.params)?;
+        if st.reissue {
+            mrtr::answers_by_key(st.questions.keys(), &cx.call.params)?;
             return Ok(Resumed::Reissue);
         }
-        if let Some(mut book) = st.ans.clone() {
-            book.extend(mrtr::answers_by_key(st.k.keys(), &cx.call.params)?);
+        if let Some(mut book) = st.answers.clone() {
+            book.extend(mrtr::answers_by_key(st.questions.keys(), &cx.call.params)?);
             return Ok(Resumed::Replay(book));
         }
-        if st.own != self.services.instance {
-            return self.resume_elsewhere(cx, &st, reply).await.map(Resumed::Done);
+        if st.owner != self.services.instance {
+            return self.resume_elsewhere(cx, st, reply).await.map(Resumed::Done);
         }
         self.resume_here(cx, st, reply).await.map(Resumed::Done)
     }
@@ -188,51 +192,46 @@ impl Bridge {
     /// Whether `call` is the retry of a call parked in a gateway (its
     /// `requestState` opens as a park-mode round): such a retry resumes work
     /// already admitted. A URL-elicitation or replay state re-runs the call.
+    /// The state is opened once, here, and carried with `call`.
     pub fn resumes_parked(&self, route: &Route, call: &Call) -> bool {
-        let Some(Value::String(blob)) = call.params.get("requestState") else {
-            return false;
-        };
-        state::peek(&self.services.sealer, blob, &route.id, call.method.as_str())
-            .is_ok_and(|st| !st.re && st.ans.is_none())
+        state::opened(&self.services.sealer, &route.id, call).is_some_and(|st| st.is_ok_and(|st| st.parks()))
     }
 
     pub fn admit_forwarded(&self, route: &Route, call: &Call, principal: &str) -> Result<(), Refused> {
-        let Some(Value::String(blob)) = call.params.get("requestState") else {
-            return Err(Refused::NotARetry);
-        };
         if !call.method.allows_input() {
             return Err(Refused::NotARetry);
         }
-        let st = state::peek(&self.services.sealer, blob, &route.id, call.method.as_str())
-            .map_err(|_| Refused::NotARetry)?;
-        if st.re || st.ans.is_some() {
+        let Some(Ok(st)) = state::opened(&self.services.sealer, &route.id, call) else {
+            return Err(Refused::NotARetry);
+        };
+        if !st.parks() {
             return Err(Refused::NotARetry);
         }
-        if st.p != principal {
+        if st.principal != principal {
             return Err(Refused::WrongPrincipal);
         }
         let here = self.services.cluster.as_ref().map(|c| c.advertise());
-        if st.own != self.services.instance || st.oa.is_none() || st.oa.as_deref() != here {
+        if here.is_none() || !st.owned_by(&self.services.instance, here) {
             return Err(Refused::NotOwner);
         }
         Ok(())
     }
 
     /// The flow is parked in this process: deliver the answers and read on.
-    async fn resume_here(&self, cx: Ctx<'_>, st: state::FlowState, reply: &mut Reply) -> Result<Done, Error> {
+    async fn resume_here(&self, cx: Ctx<'_>, st: &FlowState, reply: &mut Reply) -> Result<Done, Error> {
         let _busy = Resuming::new(&self.resuming);
-        let Some((mut flow, expires)) = self.parked.take(&st.f) else {
-            return Err(self.rejected(cx, state::Rejected::FlowGone));
+        let Some((mut flow, expires)) = self.parked.take(&st.flow) else {
+            return Err(self.rejected(cx, Rejected::FlowGone));
         };
         self.count_parked();
-        if flow.round != st.rd {
-            self.put_back(st.f, &cx.caller.principal, flow, expires);
-            return Err(self.rejected(cx, state::Rejected::StaleRound));
+        if flow.round != st.round {
+            self.put_back(st.flow.clone(), &cx.caller.principal, flow, expires);
+            return Err(self.rejected(cx, Rejected::StaleRound));
         }
         let answers = match answers(&flow, cx.call) {
             Ok(a) => a,
             Err(e) => {
-                self.put_back(st.f, &cx.caller.principal, flow, expires);
+                self.put_back(st.flow.clone(), &cx.caller.principal, flow, expires);
                 return Err(e);
             }
         };
@@ -245,18 +244,14 @@ impl Bridge {
             // Some answers are missing: ask for them again in a new round.
             Done::Input(Vec::new())
         };
-        Ok(self.conclude(cx, Some(st.f), flow, done, reply).await)
+        Ok(self.conclude(cx, Some(st.flow.clone()), flow, done, reply).await)
     }
 
     /// The flow belongs to another replica: forward the retry to it; if it is
     /// gone, take the call over from the upstream's resumable stream.
-    async fn resume_elsewhere(
-        &self,
-        cx: Ctx<'_>,
-        st: &state::FlowState,
-        reply: &mut Reply,
-    ) -> Result<Done, Error> {
-        if let (Some(owner), Some(cluster), false) = (&st.oa, &self.services.cluster, cx.caller.forwarded) {
+    async fn resume_elsewhere(&self, cx: Ctx<'_>, st: &FlowState, reply: &mut Reply) -> Result<Done, Error> {
+        let owner = &st.owner_address;
+        if let (Some(owner), Some(cluster), false) = (owner, &self.services.cluster, cx.caller.forwarded) {
             let forward = cluster.forward(
                 owner,
                 &cx.route.id,
@@ -289,39 +284,34 @@ impl Bridge {
     /// The owner is gone: post the answers on the upstream session and resume
     /// its stream with `Last-Event-ID`. Without event ids (or if resuming
     /// fails) the client is told to start again; nothing is re-run silently.
-    async fn resume_orphan(
-        &self,
-        cx: Ctx<'_>,
-        st: &state::FlowState,
-        reply: &mut Reply,
-    ) -> Result<Done, Error> {
-        let (Some(last_event), Some(upstream_id)) = (&st.ev, st.uid) else {
-            return Err(self.rejected(cx, state::Rejected::FlowLost));
+    async fn resume_orphan(&self, cx: Ctx<'_>, st: &FlowState, reply: &mut Reply) -> Result<Done, Error> {
+        let (Some(last_event), Some(upstream_id)) = (&st.last_event_id, st.upstream_id) else {
+            return Err(self.rejected(cx, Rejected::FlowLost));
         };
         let _busy = Resuming::new(&self.resuming);
-        let answers = mrtr::answers_by_key(st.k.keys(), &cx.call.params)?;
-        if answers.len() != st.k.len() {
+        let answers = mrtr::answers_by_key(st.questions.keys(), &cx.call.params)?;
+        if answers.len() != st.questions.len() {
             // The questions themselves were held by the owner: they cannot be asked again.
-            return Err(self.rejected(cx, state::Rejected::FlowLost));
+            return Err(self.rejected(cx, Rejected::FlowLost));
         }
         // The session lives on the instance that opened it.
-        let Some(transport) = cx.target.instance(&st.i) else {
-            return Err(self.rejected(cx, state::Rejected::FlowLost));
+        let Some(transport) = cx.target.instance(&st.instance) else {
+            return Err(self.rejected(cx, Rejected::FlowLost));
         };
-        let wire = SessionWire { id: st.sid.clone(), version: st.ver.clone() };
+        let wire = SessionWire { id: st.session_id.clone(), version: st.session_version.clone() };
         // Answers first, then the resumption: a server that keeps events (the
         // TypeScript SDK's event store) stores what the call sends after the
         // answer and replays it on the GET; resuming first loses those events
         // there. The cost: a server that sends event ids but keeps no events
         // has the answers when the client is told to start again.
         for (key, result) in &answers {
-            let response = json!({"jsonrpc": "2.0", "id": st.k[key], "result": result});
+            let response = json!({"jsonrpc": "2.0", "id": st.questions[key], "result": result});
             if transport.post(&wire, &response).await.is_err() {
-                return Err(self.rejected(cx, state::Rejected::FlowLost));
+                return Err(self.rejected(cx, Rejected::FlowLost));
             }
         }
         let Ok(post) = transport.get_stream(&wire, Some(last_event)).await else {
-            return Err(self.rejected(cx, state::Rejected::FlowLost));
+            return Err(self.rejected(cx, Rejected::FlowLost));
         };
         let key = Self::key(cx.route, cx.call, cx.caller, transport);
         let init = match self.pool.acquire(transport, &key).await {
@@ -337,14 +327,14 @@ impl Bridge {
             upstream_id,
             progress_token: cx.call.meta.progress_token.as_ref().map(|_| json!(format!("sl-{upstream_id}"))),
             pending: BTreeMap::new(),
-            round: st.rd,
-            minted: st.k.len() as u32,
+            round: st.round,
+            minted: st.questions.len() as u32,
             // A server may take the resumption GET without replaying anything
             // (event ids do not prove it keeps events): bound the wait.
             deadline: tokio::time::Instant::now() + cx.route.upstream.response_timeout,
         };
         let done = flow.read_on(self, cx, reply).await;
-        Ok(self.conclude(cx, Some(st.f.clone()), flow, done, reply).await)
+        Ok(self.conclude(cx, Some(st.flow.clone()), flow, done, reply).await)
     }
 
     /// Puts a flow back after a retry that could not use it (wrong round,
@@ -382,7 +372,7 @@ impl Bridge {
             flow.add_questions(questions);
             if refused.is_none() {
                 match self.park_round(cx, flow_id.clone(), flow) {
-                    Ok(result) => return Done::Result(result),
+                    Ok(round) => return round.map_or_else(Done::Failed, Done::Result),
                     Err((back, why)) => {
                         flow = *back;
                         self.count_refused(cx, why);
@@ -447,7 +437,7 @@ impl Bridge {
                 metrics: &self.services.metrics,
             };
             call::cancel(&flight, "replay mode: the call runs again on the retry");
-            return Done::Result(result);
+            return result.map_or_else(|_| Done::Failed(too_large()), Done::Result);
         }
     }
 
@@ -456,43 +446,40 @@ impl Bridge {
         cx: Ctx<'_>,
         flow: &ParkedFlow,
         book: &BTreeMap<String, Value>,
-    ) -> Map<String, Value> {
+    ) -> Result<Map<String, Value>, Rejected> {
         let mut st = self.new_state(cx, flow, crate::bridge::random_id(), cx.route.replay_ttl);
-        st.k = flow.pending.keys().map(|k| (k.clone(), Value::Null)).collect();
-        st.ans = Some(book.clone());
-        st.uid = None;
-        st.ev = None;
+        st.questions = flow.pending.keys().map(|k| (k.clone(), Value::Null)).collect();
+        st.answers = Some(book.clone());
+        st.upstream_id = None;
+        st.last_event_id = None;
+        let sealed = state::seal(&self.services.sealer, &st)?;
         self.count_round(cx);
-        translate::input_required(
-            &flow.session.init,
-            flow.input_requests(),
-            state::seal(&self.services.sealer, &st),
-        )
+        Ok(translate::input_required(&flow.session.init, flow.input_requests(), sealed))
     }
 
     /// The sealed state for `flow`'s current round.
-    fn new_state(&self, cx: Ctx<'_>, flow: &ParkedFlow, id: String, ttl: Duration) -> state::FlowState {
+    fn new_state(&self, cx: Ctx<'_>, flow: &ParkedFlow, id: String, ttl: Duration) -> FlowState {
         let now = state::now_ms();
-        state::FlowState {
-            r: cx.route.id.clone(),
-            i: flow.session.transport.instance().to_string(),
-            sid: flow.wire.id.clone(),
-            ver: flow.wire.version.clone(),
-            own: self.services.instance.clone(),
-            oa: self.services.cluster.as_ref().map(|c| c.advertise().to_string()),
-            uid: Some(flow.upstream_id),
-            ev: flow.stream.post.last_event_id().map(str::to_string),
-            f: id,
-            k: flow.pending.iter().map(|(k, q)| (k.clone(), q.upstream_id.clone())).collect(),
-            p: cx.caller.principal.clone(),
-            m: cx.call.method.as_str().to_string(),
-            n: cx.call.name.clone(),
-            a: state::params_digest(&cx.call.params),
-            iat: now,
-            exp: now + ttl.as_millis() as u64,
-            rd: flow.round,
-            re: false,
-            ans: None,
+        FlowState {
+            route: cx.route.id.clone(),
+            instance: flow.session.transport.instance().to_string(),
+            session_id: flow.wire.id.clone(),
+            session_version: flow.wire.version.clone(),
+            owner: self.services.instance.clone(),
+            owner_address: self.services.cluster.as_ref().map(|c| c.advertise().to_string()),
+            upstream_id: Some(flow.upstream_id),
+            last_event_id: flow.stream.post.last_event_id().map(str::to_string),
+            flow: id,
+            questions: flow.pending.iter().map(|(k, q)| (k.clone(), q.upstream_id.clone())).collect(),
+            principal: cx.caller.principal.clone(),
+            method: cx.call.method.as_str().to_string(),
+            name: cx.call.name.clone(),
+            params_digest: state::params_digest(&cx.call.params),
+            issued_ms: now,
+            expires_ms: now + ttl.as_millis() as u64,
+            round: flow.round,
+            reissue: false,
+            answers: None,
         }
     }
 
@@ -507,26 +494,31 @@ impl Bridge {
             .inc();
     }
 
-    /// Parks `flow` for a new round and returns the `input_required` result;
+    /// Parks `flow` for a new round and returns the `input_required` result
+    /// (or, when its state cannot be sealed, abandons it and returns why);
     /// gives the flow back when it cannot be parked.
     fn park_round(
         &self,
         cx: Ctx<'_>,
         flow_id: Option<String>,
         mut flow: ParkedFlow,
-    ) -> Result<Map<String, Value>, (Box<ParkedFlow>, park::Refused)> {
+    ) -> Result<Round, (Box<ParkedFlow>, park::Refused)> {
         if let Err(why) = self.parked.admits(&cx.caller.principal) {
             return Err((Box::new(flow), why));
         }
         flow.round += 1;
         let id = flow_id.unwrap_or_else(crate::bridge::random_id);
         let st = self.new_state(cx, &flow, id.clone(), self.parked.ttl());
+        let Ok(sealed) = state::seal(&self.services.sealer, &st) else {
+            tokio::spawn(flow.abandon(self.services.metrics.clone()));
+            return Ok(Err(too_large()));
+        };
         let requests = flow.input_requests();
         let init = flow.session.init.clone();
         self.parked.park(id, &cx.caller.principal, flow).map_err(|(flow, why)| (Box::new(flow), why))?;
         self.count_parked();
         self.count_round(cx);
-        Ok(translate::input_required(&init, requests, state::seal(&self.services.sealer, &st)))
+        Ok(Ok(translate::input_required(&init, requests, sealed)))
     }
 
     /// A 2025-11-25 upstream's -32042 (URL elicitation required) as a round of
@@ -555,33 +547,32 @@ impl Bridge {
             keys.insert(key, Value::Null);
         }
         let now = state::now_ms();
-        let st = state::FlowState {
-            r: cx.route.id.clone(),
-            i: String::new(),
-            sid: None,
-            ver: None,
-            own: self.services.instance.clone(),
-            oa: None,
-            uid: None,
-            ev: None,
-            f: crate::bridge::random_id(),
-            k: keys,
-            p: cx.caller.principal.clone(),
-            m: cx.call.method.as_str().to_string(),
-            n: cx.call.name.clone(),
-            a: state::params_digest(&cx.call.params),
-            iat: now,
-            exp: now + self.parked.ttl().as_millis() as u64,
-            rd: 1,
-            re: true,
-            ans: None,
+        let st = FlowState {
+            route: cx.route.id.clone(),
+            instance: String::new(),
+            session_id: None,
+            session_version: None,
+            owner: self.services.instance.clone(),
+            owner_address: None,
+            upstream_id: None,
+            last_event_id: None,
+            flow: crate::bridge::random_id(),
+            questions: keys,
+            principal: cx.caller.principal.clone(),
+            method: cx.call.method.as_str().to_string(),
+            name: cx.call.name.clone(),
+            params_digest: state::params_digest(&cx.call.params),
+            issued_ms: now,
+            expires_ms: now + self.parked.ttl().as_millis() as u64,
+            round: 1,
+            reissue: true,
+            answers: None,
+        };
+        let Ok(sealed) = state::seal(&self.services.sealer, &st) else {
+            return Done::Failed(too_large());
         };
         self.count_round(cx);
-        Done::Result(translate::input_required(
-            init,
-            Value::Object(requests),
-            state::seal(&self.services.sealer, &st),
-        ))
+        Done::Result(translate::input_required(init, Value::Object(requests), sealed))
     }
 
     /// Declines the questions of parked flows whose TTL passed, until shutdown;

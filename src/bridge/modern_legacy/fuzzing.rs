@@ -84,25 +84,25 @@ impl Default for Seals {
             access: None,
         };
         let state = FlowState {
-            r: "/mcp".into(),
-            i: String::new(),
-            sid: Some("s".into()),
-            ver: None,
-            own: "gw".into(),
-            oa: None,
-            uid: Some(1),
-            ev: None,
-            f: "flow".into(),
-            k: Default::default(),
-            p: caller.principal.clone(),
-            m: "tools/call".into(),
-            n: call.name.clone(),
-            a: state::params_digest(&call.params),
-            iat: 0,
-            exp: u64::MAX,
-            rd: 1,
-            re: false,
-            ans: None,
+            route: "/mcp".into(),
+            instance: String::new(),
+            session_id: Some("s".into()),
+            session_version: None,
+            owner: "gw".into(),
+            owner_address: None,
+            upstream_id: Some(1),
+            last_event_id: None,
+            flow: "flow".into(),
+            questions: Default::default(),
+            principal: caller.principal.clone(),
+            method: "tools/call".into(),
+            name: call.name.clone(),
+            params_digest: state::params_digest(&call.params),
+            issued_ms: 0,
+            expires_ms: u64::MAX,
+            round: 1,
+            reissue: false,
+            answers: None,
         };
         // Keys of this process only: a blob sealed by an earlier run (kept in
         // a corpus) must not open.
@@ -117,7 +117,7 @@ impl Default for Seals {
 impl Seals {
     /// A freshly sealed `requestState` that [`Seals::open_state`] accepts.
     pub fn seal_state(&self) -> String {
-        state::seal(&self.sealer, &self.state)
+        state::seal(&self.sealer, &self.state).expect("the fixture state fits")
     }
 
     /// A freshly sealed cursor that [`Seals::open_cursor`] accepts.
@@ -132,6 +132,7 @@ impl Seals {
             &wire,
             "next",
         )
+        .expect("the fixture cursor fits")
     }
 
     /// Whether `blob` opens as this request's `requestState`.
@@ -141,7 +142,7 @@ impl Seals {
             method: self.call.method.as_str(),
             principal: &self.caller.principal,
             name: self.call.name.as_deref(),
-            params_digest: &self.state.a,
+            params_digest: &self.state.params_digest,
             now_ms: state::now_ms(),
         };
         state::open(&self.sealer, blob, &expect).is_ok()
@@ -150,24 +151,25 @@ impl Seals {
     /// A freshly sealed legacy session id that [`Seals::open_session`] accepts.
     pub fn seal_session(&self) -> String {
         crate::bridge::session_token::issue(&self.sealer, &self.session_claims())
+            .expect("the fixture token fits")
     }
 
     /// Whether `blob` opens as the legacy session id of this route and principal.
     pub fn open_session(&self, blob: &str) -> bool {
         let c = self.session_claims();
-        crate::bridge::session_token::open(&self.sealer, blob, &c.r, &c.p, 1).is_ok()
+        crate::bridge::session_token::open(&self.sealer, blob, &c.route, &c.principal, 1).is_ok()
     }
 
     fn session_claims(&self) -> crate::bridge::session_token::Claims {
         crate::bridge::session_token::Claims {
-            r: self.route.id.clone(),
-            i: self.route.upstream.urls[0].to_string(),
-            u: Some("s".into()),
-            v: Some("2025-11-25".into()),
-            p: self.caller.principal.clone(),
-            iat: 0,
-            exp: u64::MAX,
-            t: None,
+            route: self.route.id.clone(),
+            instance: self.route.upstream.urls[0].to_string(),
+            upstream_session: Some("s".into()),
+            version: Some("2025-11-25".into()),
+            principal: self.caller.principal.clone(),
+            issued: 0,
+            expires: u64::MAX,
+            translated: None,
         }
     }
 

@@ -205,8 +205,8 @@ impl Bridge {
         let route = &*target.route;
         let cx = Ctx { route, target, call, caller };
         let mut book = None;
-        if let Some(blob) = call.params.get("requestState") {
-            match Box::pin(self.resume(cx, blob, reply)).await? {
+        if call.params.contains_key("requestState") {
+            match Box::pin(self.resume(cx, reply)).await? {
                 Resumed::Done(done) => return Ok(done),
                 Resumed::Reissue => {}
                 Resumed::Replay(answers) => book = Some(answers),
@@ -353,8 +353,11 @@ impl Bridge {
         };
         if let Some(Value::String(next)) = result.get("nextCursor") {
             let instance = session.transport.instance();
-            let sealed =
-                cursor::seal(&self.services.sealer, cx.route, cx.call, cx.caller, instance, wire, next);
+            let Ok(sealed) =
+                cursor::seal(&self.services.sealer, cx.route, cx.call, cx.caller, instance, wire, next)
+            else {
+                return Done::Failed(Error::UpstreamInvalid("nextCursor too long"));
+            };
             result.insert("nextCursor".into(), Value::String(sealed));
         }
         if cx.call.method == Method::ToolsList && !cx.call.params.contains_key("cursor") {

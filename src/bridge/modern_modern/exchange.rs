@@ -78,7 +78,7 @@ impl Bridge {
                 params.insert("requestState".into(), Value::String(opened.state));
                 Some(instance)
             }
-            Some(_) => return Err(self.rejected(target, Rejected::Invalid).into()),
+            Some(_) => return Err(self.rejected(target, Rejected::Malformed).into()),
         };
         let param_headers = match (method, &name) {
             (Method::ToolsCall, Some(tool)) => self.param_headers(target, tool, &params).await,
@@ -116,7 +116,8 @@ impl Bridge {
         };
         if let Some(Value::String(state)) = result.get("requestState") {
             let now = crate::seal::unix_now();
-            let sealed = envelope::seal(&self.services.sealer, &expect(now), upstream.instance(), state);
+            let sealed = envelope::seal(&self.services.sealer, &expect(now), upstream.instance(), state)
+                .map_err(|_| Outcome::from(Error::UpstreamInvalid("requestState too large to seal")))?;
             result.insert("requestState".into(), Value::String(sealed));
         }
         if method == Method::ToolsList && !result.contains_key("nextCursor") && !params.contains_key("cursor")

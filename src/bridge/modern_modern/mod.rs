@@ -25,7 +25,6 @@ use super::relay::{self, Answering, Relay};
 use super::{Caller, Services, Target};
 use crate::error::{error_body, Error};
 use crate::front::{Call, SUPPORTED_VERSIONS};
-use crate::metrics::ReasonLabels;
 use crate::reply::{self, Body};
 use crate::seal::Sealer;
 use crate::upstream::answers::{judge, Verdict};
@@ -84,7 +83,8 @@ impl Binding {
         let Some((span, state)) = state_span(text, Holder::Result)? else {
             return Ok(None);
         };
-        let sealed = envelope::seal(&self.sealer, &self.expect(), &self.instance, &state);
+        // An envelope too large to seal is not passed on (nor is the state bare).
+        let sealed = envelope::seal(&self.sealer, &self.expect(), &self.instance, &state).map_err(drop)?;
         Ok(Some(splice(text, span, &sealed)))
     }
 }
@@ -194,7 +194,7 @@ impl Bridge {
                     .ok_or_else(|| self.rejected(target, Rejected::InstanceGone))?;
                 (with_state(&body, &opened.state)?, Some(instance))
             }
-            Some(_) => return Err(self.rejected(target, Rejected::Invalid)),
+            Some(_) => return Err(self.rejected(target, Rejected::Malformed)),
         };
         // The gateway's hop in place of the client's `_meta.traceparent`.
         let client_trace = call.meta.passthrough.get("traceparent").and_then(Value::as_str);
@@ -297,9 +297,7 @@ impl Bridge {
     }
 
     fn rejected(&self, target: &Target, why: Rejected) -> Error {
-        let labels = ReasonLabels { route: target.route.id.clone(), reason: why.reason() };
-        self.services.metrics.request_state_rejected.get_or_create(&labels).inc();
-        why.error()
+        why.refuse(crate::sealed::Purpose::UpstreamState, &target.route.id, &self.services.metrics)
     }
 }
 
