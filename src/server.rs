@@ -684,7 +684,6 @@ impl Gateway {
         // Boxed: it may move to a task of its own (`Inline`), with the record.
         let work: Work = crate::observe::carry(async move {
             let outcome = gateway.modern_legacy.serve(&target, call, caller, reply).await;
-            target.observed(outcome);
             gateway.services.count(
                 &target,
                 (Generation::Modern, Generation::Legacy),
@@ -713,7 +712,7 @@ impl Gateway {
         let work: Work = crate::observe::carry(async move {
             let (label, outcome) = gateway.legacy_modern.post(&target, &caller, peeked, reply).await;
             drop(caller);
-            target.observed(outcome);
+            target.observed(outcome == Error::UpstreamUnreachable.reason());
             let cell = (Generation::Legacy, Generation::Modern);
             gateway.services.count(&target, cell, label, outcome, started);
             drop(admission);

@@ -117,7 +117,7 @@ impl Bridge {
         peek: Peeked,
         reply: Reply,
     ) -> (&'static str, &'static str) {
-        let label = peek.label;
+        let label = peek.label.as_str();
         // Held until the answer is complete.
         let _slot = match target.admit(&caller.principal, &super::asks(&peek)) {
             Ok(slot) => slot,

@@ -121,6 +121,7 @@ impl Bridge {
                 (StatusCode::OK, Value::Object(msg), "ok")
             }
             Done::Failed(err) => {
+                target.observed(matches!(err, Error::UpstreamUnreachable));
                 (err.status(), error_body(Some(&call.id), &err, SUPPORTED_VERSIONS), err.reason())
             }
             Done::Cancelled => return "cancelled",
