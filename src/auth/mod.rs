@@ -142,7 +142,10 @@ impl Auth {
 /// policy's algorithms.
 pub fn check(config: &Config) -> Result<(), String> {
     for policy in config.routes.iter().filter_map(|r| r.auth.as_ref()) {
-        if let AuthKind::Jwt(j) = &policy.kind {
+        let AuthKind::Jwt(j) = &policy.kind else { continue };
+        // A file `check-config` listed as absent is not there to build from.
+        let absent = matches!(&j.jwks, Some(JwksSource::File(f)) if crate::config::file::check(f).is_err());
+        if !absent {
             jwt::file_keys(j).map_err(|e| format!("auth.{}: {e}", policy.name))?;
         }
     }
