@@ -5,22 +5,15 @@
 //! echoes it and exposes the headers a client reads (session id,
 //! challenge, `Retry-After`, version). A disallowed origin gets no CORS
 //! header at all. An allowed origin also passes the guard's `Origin` check
-//! (`crate::guard`), so the two never disagree.
+//! (`crate::guard`), so the two never disagree. The policy is plain
+//! configuration ([`Cors`], validated by `crate::config`); what it does to
+//! requests and answers is here.
 
 use http::{header, HeaderMap, HeaderValue, Method, Response, StatusCode};
 
 use crate::reply::{self, Body};
 
-/// Who may call from a browser.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cors {
-    /// `None`: any origin (`*`, only without credentials).
-    pub origins: Option<Vec<String>>,
-    /// `Access-Control-Allow-Credentials: true` (cookies, TLS client certificates).
-    pub allow_credentials: bool,
-    /// How long a browser may keep a preflight's answer.
-    pub max_age_s: u64,
-}
+pub use crate::config::Cors;
 
 /// The request headers a preflight always allows.
 const ALLOW_HEADERS: &str = "content-type, authorization, accept, mcp-session-id, mcp-protocol-version, \
@@ -107,15 +100,6 @@ fn is_param_header(name: &str) -> bool {
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
-/// A configured origin: `*`, or `scheme://host[:port]` with nothing after.
-pub fn valid_origin(origin: &str) -> bool {
-    let Some((scheme, rest)) = origin.split_once("://") else { return false };
-    matches!(scheme, "http" | "https")
-        && !rest.is_empty()
-        && !rest.contains(['/', '?', '#', '@', ' '])
-        && rest.parse::<http::uri::Authority>().is_ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,14 +143,5 @@ mod tests {
         cors(None).decorate(&request("https://any.example", ""), &mut resp);
         assert_eq!(resp.headers()[header::ACCESS_CONTROL_ALLOW_ORIGIN], "https://any.example");
         assert_eq!(resp.headers().get_all(header::VARY).iter().count(), 1);
-    }
-
-    #[test]
-    fn configured_origins_are_bare_origins() {
-        assert!(valid_origin("https://app.example"));
-        assert!(valid_origin("http://localhost:5173"));
-        for bad in ["app.example", "https://app.example/", "https://a.example/path", "ftp://x", "https://"] {
-            assert!(!valid_origin(bad), "{bad}");
-        }
     }
 }

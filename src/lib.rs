@@ -145,9 +145,14 @@ async fn start(config: Config, source: Option<reload::Source>) -> std::io::Resul
     };
     let internal_addr = internal.as_ref().map(TcpListener::local_addr).transpose()?;
     let drain_timeout = config.drain_timeout;
-    let config_tls = config.cluster.as_ref().and_then(|c| c.tls.clone());
+    // Built once: cluster settings are not reloaded.
+    let cluster_tls = config.cluster.as_ref().and_then(|c| c.tls.as_ref());
+    let cluster_tls =
+        cluster_tls.map(cluster::tls::ClusterTls::build).transpose().map_err(std::io::Error::other)?;
     let (drain, stop) = (CancellationToken::new(), CancellationToken::new());
-    let gateway = Arc::new(server::Gateway::new(config, stop.clone()).map_err(std::io::Error::other)?);
+    let gateway = Arc::new(
+        server::Gateway::new(config, cluster_tls.as_ref(), stop.clone()).map_err(std::io::Error::other)?,
+    );
     let certs = gateway.certs().cloned();
     // The first generation's tasks: what each `auto` upstream speaks
     // (found now rather than on the first request), health probes, rate
@@ -169,7 +174,7 @@ async fn start(config: Config, source: Option<reload::Source>) -> std::io::Resul
         tasks.push(tokio::spawn(r.clone().watch(stop.clone())));
     }
     if let Some(internal) = internal {
-        let tls = config_tls.as_ref().map(cluster::tls::acceptor);
+        let tls = cluster_tls.as_ref().map(cluster::tls::acceptor);
         tasks.push(tokio::spawn(server::serve(
             gateway.clone(),
             internal,

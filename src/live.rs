@@ -1,6 +1,9 @@
 //! The live configuration (issue 14): the part of the gateway a reload
 //! replaces at once — the routes with their upstream handles, the auth
-//! verifiers, and the settings read per request — and the reload itself.
+//! verifiers, the listener's certificate, and the settings read per
+//! request — and the reload itself. The configuration is plain values
+//! (DESIGN §10); each generation's runtime objects are built here from it,
+//! by the modules that own them, off the async workers on a reload.
 //!
 //! A reload parses and validates the new file, builds the next [`Live`]
 //! beside the current one (carrying over each unchanged upstream's
@@ -32,6 +35,8 @@ pub struct Live {
     pub config: Arc<Config>,
     pub targets: Arc<Targets>,
     pub auth: Arc<Auth>,
+    /// The public listener's pair (`[server.tls]`), built.
+    pub tls: Option<crate::tls::ServerTls>,
     /// Routes removed by a reload, kept for the retries of calls parked on them.
     retired: Vec<Retired>,
     /// Whether some route names a host (lookups then need the request's).
@@ -64,13 +69,15 @@ impl Live {
     pub fn new(config: Config, metrics: &Metrics, stop: &CancellationToken) -> Result<Live, String> {
         let targets = Arc::new(Targets::new(&config, metrics)?);
         let auth = Arc::new(Auth::new(&config, metrics.clone(), None)?);
-        Ok(Live::assemble(config, targets, auth, Vec::new(), stop))
+        let tls = server_tls(&config)?;
+        Ok(Live::assemble(config, targets, auth, tls, Vec::new(), stop))
     }
 
     fn assemble(
         config: Config,
         targets: Arc<Targets>,
         auth: Arc<Auth>,
+        tls: Option<crate::tls::ServerTls>,
         retired: Vec<Retired>,
         stop: &CancellationToken,
     ) -> Live {
@@ -79,6 +86,7 @@ impl Live {
             config: Arc::new(config),
             targets,
             auth,
+            tls,
             retired,
             tasks: stop.child_token(),
         }
@@ -231,6 +239,7 @@ pub fn prepare(
     let needs_restart = keep_running(&current.config, &mut next);
     let auth = Arc::new(Auth::new(&next, metrics.clone(), Some(&current.auth))?);
     let targets = Arc::new(Targets::carry(&next, metrics, Some(&current.targets))?);
+    let tls = server_tls(&next)?;
     let mut report = Reloaded { needs_restart, keys: next.keys != current.config.keys, ..Default::default() };
     for t in targets.all() {
         match current.targets.by_id(&t.route.id) {
@@ -254,7 +263,7 @@ pub fn prepare(
             retired.push(Retired { target: t.clone(), auth: current.auth.clone(), until });
         }
     }
-    Ok((Live::assemble(next, targets, auth, retired, stop), report))
+    Ok((Live::assemble(next, targets, auth, tls, retired, stop), report))
 }
 
 /// After the swap: the new generation's tasks start, the old one's end,
@@ -265,9 +274,26 @@ pub fn commit(old: &Live, new: &Live, sealer: &Sealer, certs: Option<&crate::tls
     if new.config.keys != old.config.keys {
         sealer.replace(new.config.keys.clone());
     }
-    if let (Some(certs), Some(tls)) = (certs, &new.config.tls) {
+    if let (Some(certs), Some(tls)) = (certs, &new.tls) {
         certs.swap(tls);
     }
+}
+
+/// The listener's pair, built from the configuration's chain and key.
+fn server_tls(config: &Config) -> Result<Option<crate::tls::ServerTls>, String> {
+    config.tls.as_ref().map(crate::tls::ServerTls::build).transpose()
+}
+
+/// What building the gateway from `config` would refuse that validating
+/// it did not (`check-config`): the runtime objects that need no secret,
+/// no network and no task — the TLS pairs, the cluster's TLS, the keys of
+/// JWKS files. Material `check-config` found absent is not built.
+pub fn check(config: &Config) -> Result<(), String> {
+    server_tls(config)?;
+    if let Some(tls) = config.cluster.as_ref().and_then(|c| c.tls.as_ref()) {
+        crate::cluster::tls::ClusterTls::build(tls)?;
+    }
+    crate::auth::check(config)
 }
 
 /// A retired route outlives its last possible parked flow by this much.

@@ -116,6 +116,9 @@ fn main() -> anyhow::Result<()> {
         }
         Some(Command::CheckConfig { file, probe }) => {
             let checked = sessionless::config::Checked::from_file(&file)?;
+            // What the gateway builds from the file (TLS, JWKS files), built offline.
+            sessionless::live::check(checked.file_only())
+                .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
             println!("{}: ok", file.display());
             print!("{}", checked.report());
             if probe {

@@ -68,10 +68,14 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    pub fn new(config: Config, shutdown: CancellationToken) -> Result<Gateway, String> {
+    pub fn new(
+        config: Config,
+        cluster_tls: Option<&cluster::tls::ClusterTls>,
+        shutdown: CancellationToken,
+    ) -> Result<Gateway, String> {
         let mut registry = Registry::default();
         let metrics = Metrics::register(&mut registry);
-        let services = Arc::new(Services::new(&config, metrics.clone(), shutdown.clone()));
+        let services = Arc::new(Services::new(&config, cluster_tls, metrics.clone(), shutdown.clone()));
         let gate = config.cluster.as_ref().map(|c| cluster::Gate::new(c, metrics.internal_refused.clone()));
         let legacy_legacy = legacy_legacy::Bridge::new(&config, services.clone());
         let quota = legacy_legacy.session_quota();
@@ -87,7 +91,7 @@ impl Gateway {
             limit: Arc::new(tokio::sync::Semaphore::new(config.limits.max_concurrent_requests)),
             internal_limit: Arc::new(tokio::sync::Semaphore::new(config.limits.max_concurrent_requests)),
             body_budget: crate::body::Budget::new(config.limits.max_buffered_body_bytes),
-            certs: config.tls.as_ref().map(crate::tls::Certs::new),
+            certs: live.tls.as_ref().map(crate::tls::Certs::new),
             max_body_bytes: config.limits.max_body_bytes,
             connections: Arc::new(config.connections.clone()),
             modern_legacy: Arc::new(modern_legacy::Bridge::new(&config, services.clone())),
@@ -705,10 +709,10 @@ impl Gateway {
                 _ => {
                     let mut reply = reply;
                     let outcome = sessions.serve(&target, &call, &caller, &mut reply).await;
+                    target.observed(outcome.unreachable());
                     modern_client::answer(&call.id, outcome, reply).await
                 }
             };
-            target.observed(outcome);
             gateway.services.count(
                 &target,
                 (Generation::Modern, Generation::Legacy),
@@ -746,7 +750,6 @@ impl Gateway {
                 }
             };
             drop(caller);
-            target.observed(outcome);
             gateway.services.count(&target, (Generation::Legacy, onto), label, outcome, started);
             drop(admission);
         });

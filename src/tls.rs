@@ -1,25 +1,23 @@
-//! TLS on the public listener (`[server.tls]`): the certificate chain and
-//! key (PEM) parsed when the config is loaded, served through [`Certs`], a
-//! certificate resolver whose pair can be swapped while connections are
-//! accepted (a reload: [`Certs::swap`] with a newly loaded config's pair,
-//! or [`Certs::reload`], which reads the files again and keeps the old pair
-//! when the new files do not load). ALPN offers h2 and http/1.1; the
-//! handshake runs in the connection's task, bounded like the internal
-//! listener's (`cluster::tls::accept`).
+//! TLS on the public listener (`[server.tls]`): the certified key built
+//! from the chain and key the configuration read ([`crate::config::ServerTls`]),
+//! served through [`Certs`], a certificate resolver whose pair can be
+//! swapped while connections are accepted (a reload: [`Certs::swap`] with
+//! the next generation's pair, or [`Certs::reload`], which reads the files
+//! again and keeps the old pair when the new files do not load). ALPN
+//! offers h2 and http/1.1; the handshake runs in the connection's task,
+//! bounded like the internal listener's (`cluster::tls::accept`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio_rustls::TlsAcceptor;
 
-use crate::config::file::{self, Kind};
+use crate::config;
 
-/// `[server.tls]`: where the pair comes from, and the pair as loaded.
+/// The listener's pair, built: where it came from, and the certified key.
 #[derive(Clone)]
 pub struct ServerTls {
     pub cert_file: PathBuf,
@@ -37,26 +35,23 @@ impl std::fmt::Debug for ServerTls {
 }
 
 impl ServerTls {
-    /// Reads and checks the pair (the key must match the certificate);
-    /// errors name the file, never its contents.
-    pub fn load(cert_file: &Path, key_file: &Path) -> Result<ServerTls, String> {
-        let pem = file::read(cert_file, Kind::Tls).map_err(|e| format!("cert_file {e}"))?;
-        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
-            .collect::<Result<_, _>>()
-            .map_err(|e| format!("cert_file {}: {e}", cert_file.display()))?;
-        if chain.is_empty() {
-            return Err(format!("cert_file {}: no certificate", cert_file.display()));
-        }
-        let pem = file::read(key_file, Kind::Tls).map_err(|e| format!("key_file {e}"))?;
-        let key = PrivateKeyDer::from_pem_slice(&pem)
-            .map_err(|e| format!("key_file {}: no private key ({e})", key_file.display()))?;
-        let certified = CertifiedKey::from_der(chain, key, &rustls::crypto::ring::default_provider())
-            .map_err(|e| format!("cert_file/key_file: {e}"))?;
+    /// Builds the certified key (the key must match the certificate);
+    /// errors name the keys, never what the files hold.
+    pub fn build(tls: &config::ServerTls) -> Result<ServerTls, String> {
+        let provider = rustls::crypto::ring::default_provider();
+        let certified = CertifiedKey::from_der(tls.chain.clone(), tls.key.clone_key(), &provider)
+            .map_err(|e| format!("server.tls: cert_file/key_file: {e}"))?;
         Ok(ServerTls {
-            cert_file: cert_file.into(),
-            key_file: key_file.into(),
+            cert_file: tls.cert_file.clone(),
+            key_file: tls.key_file.clone(),
             certified: Arc::new(certified),
         })
+    }
+
+    /// Reads the files and builds the pair.
+    pub fn load(cert_file: &std::path::Path, key_file: &std::path::Path) -> Result<ServerTls, String> {
+        let read = config::ServerTls::read(cert_file, key_file).map_err(|e| format!("server.tls: {e}"))?;
+        ServerTls::build(&read)
     }
 }
 
@@ -114,7 +109,7 @@ impl ResolvesServerCert for Certs {
 mod tests {
     use super::*;
 
-    fn pair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    fn pair(dir: &std::path::Path, name: &str) -> (PathBuf, PathBuf) {
         let key = rcgen::KeyPair::generate().unwrap();
         let cert = rcgen::CertificateParams::new(vec![name.to_string()]).unwrap().self_signed(&key).unwrap();
         let (c, k) = (dir.join("cert.pem"), dir.join("key.pem"));

@@ -163,3 +163,41 @@ fn a_syntax_error_names_the_line() {
     assert!(stderr.contains("line 4"), "{stderr}");
     std::fs::remove_file(file).unwrap();
 }
+
+#[test]
+fn what_the_gateway_builds_from_its_files_is_checked_offline_too() {
+    let dir = std::env::temp_dir().join(format!("sessionless-check-built-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    // A certificate and the key of another pair: both decode, the pair does not match.
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["gw.test".to_string()]).unwrap().self_signed(&key).unwrap();
+    let (cert, other_key) = (
+        write("cert.pem", &cert.pem()),
+        write("other.pem", &rcgen::KeyPair::generate().unwrap().serialize_pem()),
+    );
+    let upstream = "[[upstreams]]\nname = \"a\"\nurl = \"http://127.0.0.1:9000/mcp\"\n\n";
+    let tls = format!(
+        "[server]\nlisten = \"127.0.0.1:8443\"\n[server.tls]\ncert_file = \"{cert}\"\nkey_file = \"{other_key}\"\n\n\
+         {upstream}[[routes]]\npath = \"/mcp\"\nupstream = \"a\"\n"
+    );
+    let out = check_config(&temp_file("mismatch.toml", &tls), &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("server.tls: cert_file/key_file"), "{stderr}");
+    // A JWKS holding only a symmetric key: none usable with RS256.
+    let jwks = write("jwks.json", r#"{"keys":[{"kty":"oct","k":"c2VjcmV0","kid":"s"}]}"#);
+    let jwt = format!(
+        "{upstream}[auth.users]\ntype = \"jwt\"\nissuer = \"https://idp\"\naudience = \"gw\"\n\
+         jwks_file = \"{jwks}\"\n\n[[routes]]\npath = \"/mcp\"\nupstream = \"a\"\nauth = \"users\"\n"
+    );
+    let out = check_config(&temp_file("jwks.toml", &jwt), &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("auth.users: jwks_file") && stderr.contains("no key usable"), "{stderr}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -1,6 +1,6 @@
-//! A JWKS document read into verification keys: plain parsing, used both
-//! where the routing file is checked and where tokens are verified
-//! ([`super::jwt`]).
+//! A JWKS document read into verification keys, for [`super::jwt`]: a
+//! policy's JWKS file when its verifier is built (and by `check-config`),
+//! a JWKS URL's answer on each fetch.
 
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey};

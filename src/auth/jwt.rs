@@ -97,14 +97,7 @@ impl Verifier {
     /// A verifier for `policy`; a JWKS file is read now (the config check
     /// read it already), a URL on first need.
     pub fn new(policy: JwtPolicy, hs256_secret: Option<Vec<u8>>) -> Result<Verifier, String> {
-        let keys = match &policy.jwks {
-            Some(JwksSource::File(path)) => {
-                let text = crate::config::file::read(path, crate::config::file::Kind::Jwks)
-                    .map_err(|e| format!("jwks_file {e}"))?;
-                parse_jwks(&text, &policy.algorithms)?
-            }
-            _ => Vec::new(),
-        };
+        let keys = file_keys(&policy)?;
         Ok(Verifier {
             hs256: hs256_secret.map(|s| DecodingKey::from_secret(&s)),
             policy,
@@ -273,6 +266,20 @@ impl Verifier {
             }
         }
     }
+}
+
+/// The keys of a policy's JWKS file (none for a URL or HS256): at least
+/// one usable with its algorithms; errors name the file.
+pub fn file_keys(policy: &JwtPolicy) -> Result<Vec<Key>, String> {
+    let Some(JwksSource::File(path)) = &policy.jwks else { return Ok(Vec::new()) };
+    let text = crate::config::file::read(path, crate::config::file::Kind::Jwks)
+        .map_err(|e| format!("jwks_file {e}"))?;
+    let keys =
+        parse_jwks(&text, &policy.algorithms).map_err(|e| format!("jwks_file {}: {e}", path.display()))?;
+    if keys.is_empty() {
+        return Err(format!("jwks_file {}: no key usable with the configured algorithms", path.display()));
+    }
+    Ok(keys)
 }
 
 /// The principal of a token: issuer and subject, digested (bounded, and no

@@ -39,20 +39,27 @@ pub struct Caller {
     pub groups: Vec<String>,
 }
 
-/// The verifiers of every JWT policy, by policy name.
+/// The verifiers of every JWT policy and the keys of every API key
+/// policy, by policy name: built from the configuration's policies.
 pub struct Auth {
     jwt: HashMap<String, Arc<jwt::Verifier>>,
+    keys: HashMap<String, keys::Keys>,
     metrics: Metrics,
 }
 
 impl Auth {
-    /// Builds the verifiers; an HS256 secret and a JWKS file are read now.
-    /// On a reload (`previous`), a policy that fetches its keys from a URL
-    /// and did not change keeps its verifier: its keys and verified tokens.
+    /// Builds the verifiers and key lookups; an HS256 secret and a JWKS
+    /// file are read now. On a reload (`previous`), a policy that fetches
+    /// its keys from a URL and did not change keeps its verifier: its keys
+    /// and verified tokens.
     pub fn new(config: &Config, metrics: Metrics, previous: Option<&Auth>) -> Result<Auth, String> {
         let mut verifiers = HashMap::new();
+        let mut api_keys = HashMap::new();
         for route in &config.routes {
             let Some(policy) = &route.auth else { continue };
+            if let AuthKind::ApiKeys(k) = &policy.kind {
+                api_keys.entry(policy.name.clone()).or_insert_with(|| keys::Keys::new(k));
+            }
             let AuthKind::Jwt(j) = &policy.kind else { continue };
             if verifiers.contains_key(&policy.name) {
                 continue;
@@ -74,7 +81,7 @@ impl Auth {
                 jwt::Verifier::new(j.clone(), secret).map_err(|e| format!("auth.{}: {e}", policy.name))?;
             verifiers.insert(policy.name.clone(), Arc::new(verifier));
         }
-        Ok(Auth { jwt: verifiers, metrics })
+        Ok(Auth { jwt: verifiers, keys: api_keys, metrics })
     }
 
     /// The JWKS refreshers to run (one per policy with a JWKS URL).
@@ -108,7 +115,8 @@ impl Auth {
         let token = bearer(headers)?;
         let caller = match &policy.kind {
             AuthKind::None => anyone(headers),
-            AuthKind::ApiKeys(keys) => {
+            AuthKind::ApiKeys(_) => {
+                let keys = self.keys.get(&policy.name).ok_or(Error::Internal("no keys".into()))?;
                 let key = keys.find(token).ok_or(Error::Unauthorized("unknown_key"))?;
                 Caller {
                     principal: format!("key:{}", key.id),
@@ -127,6 +135,21 @@ impl Auth {
         }
         Ok(caller)
     }
+}
+
+/// What building the verifiers would refuse that needs no secret and no
+/// network (`check-config`): a JWKS file without a key usable with its
+/// policy's algorithms.
+pub fn check(config: &Config) -> Result<(), String> {
+    for policy in config.routes.iter().filter_map(|r| r.auth.as_ref()) {
+        let AuthKind::Jwt(j) = &policy.kind else { continue };
+        // A file `check-config` listed as absent is not there to build from.
+        let absent = matches!(&j.jwks, Some(JwksSource::File(f)) if crate::config::file::check(f).is_err());
+        if !absent {
+            jwt::file_keys(j).map_err(|e| format!("auth.{}: {e}", policy.name))?;
+        }
+    }
+    Ok(())
 }
 
 /// A caller on a route that asks nobody to authenticate: a digest of

@@ -82,6 +82,12 @@ impl Outcome {
         }
     }
 
+    /// Whether the upstream could not be reached (it may come back as
+    /// another generation: [`Target::observed`]).
+    pub fn unreachable(&self) -> bool {
+        matches!(self, Outcome::Failed(Failure::Gateway(Error::UpstreamUnreachable)))
+    }
+
     /// The metric outcome of a call that ended so (a round of questions
     /// is an answer like a result).
     pub fn label(&self) -> &'static str {

@@ -96,7 +96,13 @@ pub struct Services {
 }
 
 impl Services {
-    pub fn new(config: &Config, metrics: Metrics, shutdown: CancellationToken) -> Services {
+    /// `cluster_tls`: built from `config.cluster`'s TLS when the gateway started.
+    pub fn new(
+        config: &Config,
+        cluster_tls: Option<&crate::cluster::tls::ClusterTls>,
+        metrics: Metrics,
+        shutdown: CancellationToken,
+    ) -> Services {
         Services {
             sealer: Arc::new(Sealer::new(config.keys.clone())),
             metrics,
@@ -104,7 +110,7 @@ impl Services {
             cluster: config.cluster.as_ref().map(|c| {
                 // A forwarded retry may take as long as a direct one.
                 let timeout = config.routes.iter().map(|r| r.upstream.call_timeout).max().unwrap_or_default();
-                crate::cluster::Forwarder::new(c, timeout)
+                crate::cluster::Forwarder::new(c, cluster_tls, timeout)
             }),
             keepalive: config.keepalive_interval,
             parking: crate::park::Places::new(

@@ -268,10 +268,11 @@ impl Target {
         self.route.upstream.legacy_clients == LegacyClientMode::Translate || self.detected.modern_only()
     }
 
-    /// Takes note of a request's outcome: an upstream that could not be
-    /// reached may come back as another generation, so it is probed again.
-    pub fn observed(&self, outcome: &str) {
-        if outcome == "upstream_unreachable" {
+    /// Takes note of how a request went: an upstream that could not be
+    /// reached (`Error::UpstreamUnreachable`) may come back as another
+    /// generation, so it is probed again.
+    pub fn observed(&self, unreachable: bool) {
+        if unreachable {
             self.detected.suspect();
         }
     }

@@ -70,11 +70,12 @@ pub struct Forwarder {
 }
 
 impl Forwarder {
-    pub fn new(cluster: &Cluster, timeout: Duration) -> Forwarder {
+    /// `tls`: built from `cluster.tls` when the gateway started.
+    pub fn new(cluster: &Cluster, tls: Option<&tls::ClusterTls>, timeout: Duration) -> Forwarder {
         let mut tcp = HttpConnector::new();
         tcp.set_connect_timeout(Some(cluster.connect_timeout));
         tcp.set_nodelay(true);
-        let connector = tls::Connector::new(tcp, cluster.tls.as_ref());
+        let connector = tls::Connector::new(tcp, tls);
         let scheme = connector.scheme();
         let http =
             Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector);

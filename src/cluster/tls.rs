@@ -4,7 +4,6 @@
 
 use std::future::Future;
 use std::io;
-use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -13,13 +12,12 @@ use std::time::Duration;
 use http::Uri;
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::rt::TokioIo;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use crate::config::file::{self, Kind};
+use crate::config;
 
 /// Time a connection to the internal listener gets to finish its TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -28,7 +26,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// TLS between replicas, loaded from the files named in `[cluster]`.
+/// TLS between replicas, built from what `[cluster]` names ([`config::ClusterTls`]).
 #[derive(Clone)]
 pub struct ClusterTls {
     /// The internal listener's certificate and key.
@@ -39,46 +37,33 @@ pub struct ClusterTls {
     pub server_name: Option<rustls::pki_types::ServerName<'static>>,
 }
 
-/// Reads the PEM files named in `[cluster]`; errors name the file.
-pub fn load(cert: &str, key: &str, ca: &str, server_name: Option<&str>) -> Result<ClusterTls, String> {
-    let read =
-        |name: &str, path: &str| file::read(Path::new(path), Kind::Tls).map_err(|e| format!("{name} {e}"));
-    let pem = read("tls_cert_file", cert)?;
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("tls_cert_file {cert}: {e}"))?;
-    if chain.is_empty() {
-        return Err(format!("tls_cert_file {cert}: no certificate"));
-    }
-    let key = PrivateKeyDer::from_pem_slice(&read("tls_key_file", key)?)
-        .map_err(|e| format!("tls_key_file {key}: {e}"))?;
-    let server = rustls::ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .map_err(|e| format!("tls_cert_file/tls_key_file: {e}"))?;
-    let mut roots = rustls::RootCertStore::empty();
-    let pem = read("tls_ca_file", ca)?;
-    for der in CertificateDer::pem_slice_iter(&pem) {
-        let der = der.map_err(|e| format!("tls_ca_file {ca}: {e}"))?;
-        roots.add(der).map_err(|e| format!("tls_ca_file {ca}: {e}"))?;
-    }
-    if roots.is_empty() {
-        return Err(format!("tls_ca_file {ca}: no certificate"));
-    }
-    let client = rustls::ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let server_name = server_name
-        .map(|n| {
-            ServerName::try_from(n.to_string())
-                .map_err(|_| format!("tls_server_name `{n}` is not a DNS name or IP address"))
+impl ClusterTls {
+    /// The internal listener's and the forwarder's configurations (once,
+    /// when the gateway starts); errors name the keys and files.
+    pub fn build(tls: &config::ClusterTls) -> Result<ClusterTls, String> {
+        let server = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_no_client_auth()
+            .with_single_cert(tls.chain.clone(), tls.key.clone_key())
+            .map_err(|e| format!("cluster TLS: tls_cert_file/tls_key_file: {e}"))?;
+        let mut roots = rustls::RootCertStore::empty();
+        for der in &tls.ca {
+            roots
+                .add(der.clone())
+                .map_err(|e| format!("cluster TLS: tls_ca_file {}: {e}", tls.ca_file.display()))?;
+        }
+        let client = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Ok(ClusterTls {
+            server: Arc::new(server),
+            client: Arc::new(client),
+            server_name: tls.server_name.clone(),
         })
-        .transpose()?;
-    Ok(ClusterTls { server: Arc::new(server), client: Arc::new(client), server_name })
+    }
 }
 
 pub fn acceptor(tls: &ClusterTls) -> TlsAcceptor {
@@ -243,6 +228,22 @@ mod tests {
         (path("cert.pem", cert.pem()), path("key.pem", key.serialize_pem()), path("ca.pem", ca.pem()))
     }
 
+    /// What `[cluster]` names, read, then built.
+    fn load(cert: &str, key: &str, ca: &str, server_name: Option<&str>) -> Result<ClusterTls, String> {
+        use std::path::Path;
+        let tls = config::ClusterTls {
+            chain: config::tls::certificates("tls_cert_file", Path::new(cert))?,
+            key: std::sync::Arc::new(config::tls::private_key("tls_key_file", Path::new(key))?),
+            ca: config::tls::certificates("tls_ca_file", Path::new(ca))?,
+            cert_file: cert.into(),
+            ca_file: ca.into(),
+            server_name: server_name
+                .map(|n| ServerName::try_from(n.to_string()).map_err(|_| format!("tls_server_name `{n}`")))
+                .transpose()?,
+        };
+        ClusterTls::build(&tls)
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_connection_that_never_finishes_its_handshake_is_dropped_at_the_timeout() {
         let (cert, key, ca) = files("timeout");
@@ -263,7 +264,6 @@ mod tests {
             .contains("tls_cert_file /nonexistent/cert.pem"));
         assert!(err(load(&cert, &cert, &ca, None)).contains("tls_key_file"));
         assert!(err(load(&cert, &key, &key, None)).contains("tls_ca_file"));
-        assert!(err(load(&cert, &key, &ca, Some("not a name!"))).contains("tls_server_name"));
         assert!(load(&cert, &key, &ca, Some("replica.internal")).unwrap().server_name.is_some());
     }
 

@@ -1,8 +1,9 @@
 //! `[auth.<name>]` tables: the authentication policies routes name with
-//! `auth = "<name>"`. Key files, JWKS files and HS256 secrets are read
-//! through [`Outside`], so that a bad one fails the check and a missing one
-//! is listed by `check-config`; the HS256 secret is read again when the
-//! gateway starts (it is not kept in the config).
+//! `auth = "<name>"`, as plain values. Key files, JWKS files and HS256
+//! secrets are read through [`Outside`], so that a bad one fails the check
+//! and a missing one is listed by `check-config`; the HS256 secret and the
+//! JWKS file are read again when `crate::auth` builds its verifiers (the
+//! secret is not kept in the config), the key file's keys are kept.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -14,8 +15,8 @@ use jsonwebtoken::Algorithm;
 use serde::Deserialize;
 
 use super::file::Kind;
+use super::keys::ApiKeys;
 use super::{at, ConfigError, Outside, Source};
-use crate::auth::keys::Keys;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -62,11 +63,13 @@ pub struct AuthPolicy {
     pub required_scopes: Vec<String>,
 }
 
+// One per policy, in an `Arc`: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AuthKind {
     /// Anyone: the principal is a digest of whatever bearer token comes.
     None,
-    ApiKeys(Keys),
+    ApiKeys(ApiKeys),
     Jwt(JwtPolicy),
 }
 
@@ -148,7 +151,7 @@ fn policy(name: &str, a: &RawAuth, text: &str, outside: &Outside) -> Result<Auth
                 .read(&what, Source::File(path.into()), Kind::ApiKeys)
                 .map_err(|e| err(format!("keys_file {e}")))?;
             // Missing (check-config only): the policy is checked without its keys.
-            let keys = text.as_deref().map(Keys::parse).transpose();
+            let keys = text.as_deref().map(ApiKeys::parse).transpose();
             AuthKind::ApiKeys(keys.map_err(|e| err(format!("keys_file {path}: {e}")))?.unwrap_or_default())
         }
         "jwt" => AuthKind::Jwt(jwt(name, a, &err, outside)?),
@@ -232,14 +235,10 @@ fn jwt(
             let body = outside
                 .read(&what, Source::File(file.into()), Kind::Jwks)
                 .map_err(|e| err(format!("jwks_file {e}")))?;
+            // Whether its keys suit the algorithms is for `crate::auth` to say.
             if let Some(body) = body {
-                let keys = crate::auth::jwks::parse_jwks(body.as_bytes(), &algorithms)
-                    .map_err(|e| err(format!("jwks_file {file}: {e}")))?;
-                if keys.is_empty() {
-                    return Err(err(format!(
-                        "jwks_file {file}: no key usable with the configured algorithms"
-                    )));
-                }
+                serde_json::from_str::<jsonwebtoken::jwk::JwkSet>(&body)
+                    .map_err(|e| err(format!("jwks_file {file}: not a JWKS: {e}")))?;
             }
             Some(JwksSource::File(file.into()))
         }

@@ -31,7 +31,7 @@ impl Kind {
     pub const fn cap(self) -> u64 {
         match self {
             Kind::Routing => 16 << 20,
-            // 100,000 keys (`auth::keys::MAX_KEYS`) of a 128-byte id and a
+            // 100,000 keys (`super::keys::MAX_KEYS`) of a 128-byte id and a
             // 64-digit digest, with about 140 bytes per line to spare for
             // groups and comments.
             Kind::ApiKeys => 32 << 20,
@@ -182,8 +182,9 @@ mod tests {
 
     #[test]
     fn the_key_file_cap_fits_the_most_keys_with_the_longest_ids() {
-        let line = crate::auth::keys::file_line(&"k".repeat(128), "key") + " ops,admin,readers\n";
-        let most = crate::auth::keys::MAX_KEYS as u64 * line.len() as u64;
+        // `<id> <sha256 hex> <groups>`, the longest id.
+        let line = format!("{} {} ops,admin,readers\n", "k".repeat(128), "0".repeat(64));
+        let most = crate::config::keys::MAX_KEYS as u64 * line.len() as u64;
         assert!(most <= Kind::ApiKeys.cap(), "{most} bytes");
     }
 }

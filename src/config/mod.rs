@@ -3,9 +3,11 @@
 
 mod check;
 pub mod file;
+pub mod keys;
 mod outside;
 mod raw;
 pub mod secret;
+pub mod tls;
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -50,10 +52,10 @@ pub struct Config {
     /// When `/readyz` answers 200.
     pub readiness: Readiness,
     pub telemetry: Telemetry,
-    /// TLS on the public listener; its pair is swapped on reload (`crate::tls::Certs`).
-    pub tls: Option<crate::tls::ServerTls>,
+    /// TLS on the public listener (`crate::tls` serves it; a reload swaps the pair).
+    pub tls: Option<ServerTls>,
     /// CORS on `/.well-known/` and every route without its own.
-    pub cors: Option<Arc<crate::cors::Cors>>,
+    pub cors: Option<Arc<Cors>>,
 }
 
 /// Legacy (2025 session) clients: their session tokens and how fast they
@@ -80,7 +82,7 @@ pub struct Cluster {
     pub tls: Option<ClusterTls>,
 }
 
-pub use crate::cluster::tls::ClusterTls;
+pub use tls::{ClusterTls, ServerTls};
 
 impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -90,7 +92,7 @@ impl std::fmt::Debug for Cluster {
             .field("advertise", &self.advertise)
             .field("secrets", &format_args!("<{} redacted>", self.secrets.len()))
             .field("connect_timeout", &self.connect_timeout)
-            .field("tls", &self.tls.as_ref().map(|t| &t.server_name))
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -198,7 +200,7 @@ pub struct Route {
     /// What each caller may call (empty: everything).
     pub rules: Arc<[crate::authz::Rule]>,
     /// Browsers allowed to call (the route's own, or the server's); `None`: no CORS.
-    pub cors: Option<Arc<crate::cors::Cors>>,
+    pub cors: Option<Arc<Cors>>,
 }
 
 impl Route {
@@ -207,6 +209,17 @@ impl Route {
         self.continuity == Continuity::Replay
             || tool.is_some_and(|t| self.replay_tools.iter().any(|r| r == t))
     }
+}
+
+/// Who may call from a browser (`crate::cors` answers for it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cors {
+    /// `None`: any origin (`*`, only without credentials).
+    pub origins: Option<Vec<String>>,
+    /// `Access-Control-Allow-Credentials: true` (cookies, TLS client certificates).
+    pub allow_credentials: bool,
+    /// How long a browser may keep a preflight's answer.
+    pub max_age_s: u64,
 }
 
 /// A rate limit: a sustained rate and a burst (see `crate::ratelimit`).
@@ -462,7 +475,7 @@ fn validate(raw: RawConfig, text: &str, outside: &Outside) -> Result<Config, Con
             .iter()
             .filter_map(|k| load_key(k, text, outside).transpose())
             .collect::<Result<_, _>>()?,
-        tls: raw.server.tls.as_ref().map(|t| server_tls(t, text, outside)).transpose()?.flatten(),
+        tls: raw.server.tls.as_ref().map(|t| tls::server(t, text, outside)).transpose()?.flatten(),
         cors: server_cors,
     })
 }
@@ -474,7 +487,7 @@ fn routes(
     raw: &[raw::RawRoute],
     upstreams: &[Upstream],
     policies: &[Arc<AuthPolicy>],
-    server_cors: Option<&Arc<crate::cors::Cors>>,
+    server_cors: Option<&Arc<Cors>>,
     text: &str,
 ) -> Result<Vec<Arc<Route>>, ConfigError> {
     if raw.is_empty() {
@@ -501,26 +514,8 @@ fn routes(
     Ok(routes)
 }
 
-/// `[server.tls]`: the pair loaded; `None` when a file is missing and
-/// `outside` does not require it (`check-config`).
-fn server_tls(
-    t: &raw::RawServerTls,
-    text: &str,
-    outside: &Outside,
-) -> Result<Option<crate::tls::ServerTls>, ConfigError> {
-    let err = |e: String| ConfigError(format!("{}server.tls: {e}", at(text, "cert_file")));
-    let cert = outside.file("listener TLS certificate (server.tls.cert_file)", &t.cert_file);
-    let cert = cert.map_err(|e| err(format!("cert_file {e}")))?;
-    let key = outside.file("listener TLS key (server.tls.key_file)", &t.key_file);
-    let key = key.map_err(|e| err(format!("key_file {e}")))?;
-    if !(cert && key) {
-        return Ok(None);
-    }
-    crate::tls::ServerTls::load(Path::new(&t.cert_file), Path::new(&t.key_file)).map(Some).map_err(err)
-}
-
 /// A `cors` table: bare origins, or `*` alone and without credentials.
-fn cors(c: &raw::RawCors, text: &str) -> Result<Arc<crate::cors::Cors>, ConfigError> {
+fn cors(c: &raw::RawCors, text: &str) -> Result<Arc<Cors>, ConfigError> {
     let err = |why: String| ConfigError(format!("{}cors: {why}", at(text, "allowed_origins")));
     let any = c.allowed_origins.iter().any(|o| o == "*");
     let credentials = c.allow_credentials.unwrap_or(false);
@@ -530,18 +525,27 @@ fn cors(c: &raw::RawCors, text: &str) -> Result<Arc<crate::cors::Cors>, ConfigEr
     if any && (c.allowed_origins.len() > 1 || credentials) {
         return Err(err("`*` stands alone, and never with allow_credentials".into()));
     }
-    if let Some(bad) = c.allowed_origins.iter().find(|o| !any && !crate::cors::valid_origin(o)) {
+    if let Some(bad) = c.allowed_origins.iter().find(|o| !any && !valid_origin(o)) {
         return Err(err(format!("`{bad}` is not an origin (scheme://host[:port], no path)")));
     }
     let max_age_s = c.max_age_s.unwrap_or(600);
     if max_age_s > 86_400 {
         return Err(err("max_age_s is at most 86400".into()));
     }
-    Ok(Arc::new(crate::cors::Cors {
+    Ok(Arc::new(Cors {
         origins: (!any).then(|| c.allowed_origins.clone()),
         allow_credentials: credentials,
         max_age_s,
     }))
+}
+
+/// A configured origin: `*`, or `scheme://host[:port]` with nothing after.
+fn valid_origin(origin: &str) -> bool {
+    let Some((scheme, rest)) = origin.split_once("://") else { return false };
+    matches!(scheme, "http" | "https")
+        && !rest.is_empty()
+        && !rest.contains(['/', '?', '#', '@', ' '])
+        && rest.parse::<http::uri::Authority>().is_ok()
 }
 
 fn conn_limits(s: &raw::RawServer, l: &raw::RawLimits, text: &str) -> Result<ConnLimits, ConfigError> {
@@ -957,48 +961,8 @@ fn cluster(
         advertise,
         secrets,
         connect_timeout: ms(c.connect_timeout_ms, 1_000),
-        tls: cluster_tls(c, text, outside)?,
+        tls: tls::cluster(c, text, outside)?,
     })
-}
-
-/// `[cluster]` TLS: all three files or none; `tls_server_name` only with them.
-fn cluster_tls(
-    c: &raw::RawCluster,
-    text: &str,
-    outside: &Outside,
-) -> Result<Option<ClusterTls>, ConfigError> {
-    let files = [
-        ("tls_cert_file", &c.tls_cert_file),
-        ("tls_key_file", &c.tls_key_file),
-        ("tls_ca_file", &c.tls_ca_file),
-    ];
-    let missing: Vec<&str> = files.iter().filter(|(_, v)| v.is_none()).map(|(k, _)| *k).collect();
-    let (Some(cert), Some(key), Some(ca)) = (&c.tls_cert_file, &c.tls_key_file, &c.tls_ca_file) else {
-        if missing.len() == files.len() && c.tls_server_name.is_none() {
-            return Ok(None);
-        }
-        let where_ = at(text, "tls_");
-        return Err(ConfigError(format!(
-            "{where_}cluster TLS needs tls_cert_file, tls_key_file and tls_ca_file together; missing: {}",
-            missing.join(", ")
-        )));
-    };
-    let mut all_there = true;
-    let files =
-        [("tls_cert_file", "certificate", cert), ("tls_key_file", "key", key), ("tls_ca_file", "CA", ca)];
-    for (name, what, path) in files {
-        let what = format!("cluster TLS {what} ({name})");
-        let there = outside
-            .file(&what, path)
-            .map_err(|e| ConfigError(format!("{}cluster TLS: {name} {e}", at(text, "tls_"))))?;
-        all_there &= there;
-    }
-    if !all_there {
-        return Ok(None);
-    }
-    crate::cluster::tls::load(cert, key, ca, c.tls_server_name.as_deref())
-        .map(Some)
-        .map_err(|e| ConfigError(format!("{}cluster TLS: {e}", at(text, "tls_"))))
 }
 
 /// A sealing key; `None` when it is missing and `outside` does not require it.

@@ -127,6 +127,8 @@ fn cluster_tls_is_all_three_files_or_none_and_says_which_are_missing() {
     );
     let err = Config::from_toml(&all).unwrap_err().0;
     assert!(err.contains("tls_cert_file /x/cert.pem"), "{err}");
+    let err = Config::from_toml(&format!("{all}tls_server_name = \"not a name!\"\n")).unwrap_err().0;
+    assert!(err.contains("cluster TLS: tls_server_name `not a name!`") && err.starts_with("line "), "{err}");
 }
 
 #[test]
@@ -273,4 +275,13 @@ fn every_file_the_config_names_must_be_a_regular_file_and_errors_name_its_key() 
         assert!(err.contains(key) && err.contains(&format!("not a regular file ({why})")), "{err}");
     }
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn configured_origins_are_bare_origins() {
+    assert!(super::valid_origin("https://app.example"));
+    assert!(super::valid_origin("http://localhost:5173"));
+    for bad in ["app.example", "https://app.example/", "https://a.example/path", "ftp://x", "https://"] {
+        assert!(!super::valid_origin(bad), "{bad}");
+    }
 }

@@ -14,8 +14,8 @@ use crate::error::Error;
 pub struct Peeked {
     /// The request id, when it is a single request with a usable id.
     pub id: Option<Value>,
-    /// A bounded metrics label.
-    pub label: &'static str,
+    /// What kind of message it is (its metrics label: [`Kind::as_str`]).
+    pub label: Kind,
     pub initialize: bool,
     /// The requests in the message (one, or each of a batch's; none in an
     /// answer or a notification), each with its tool when a `tools/call`:
@@ -30,6 +30,29 @@ pub struct Peeked {
     pub params: Option<serde_json::Map<String, Value>>,
 }
 
+/// What a legacy client's message is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A request, by its method's bounded label ([`method_label`]).
+    Request(&'static str),
+    Notification,
+    /// An answer to a request the server sent.
+    Response,
+    Batch,
+}
+
+impl Kind {
+    /// The metrics label: the method of a request, else the kind.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Request(method) => method,
+            Kind::Notification => "notification",
+            Kind::Response => "response",
+            Kind::Batch => "batch",
+        }
+    }
+}
+
 impl Peeked {
     pub fn of(msg: &Message<'_>) -> Result<Peeked, Error> {
         let item = match msg.shape {
@@ -40,7 +63,7 @@ impl Peeked {
                 let (method, params) = (None, None);
                 return Ok(Peeked {
                     id: None,
-                    label: "batch",
+                    label: Kind::Batch,
                     initialize: false,
                     calls,
                     ids,
@@ -60,16 +83,24 @@ impl Peeked {
         }
         let has_id = item.id != Id::Absent;
         let label = match (item.method.as_deref(), has_id, item.answer) {
-            (Some(m), true, false) => method_label(m),
-            (Some(_), false, false) => "notification",
-            (None, true, true) => "response",
+            (Some(m), true, false) => Kind::Request(method_label(m)),
+            (Some(_), false, false) => Kind::Notification,
+            (None, true, true) => Kind::Response,
             _ => return Err(Error::InvalidRequest("not a request, notification or response".into())),
         };
         let calls = if item.is_request() { vec![tool_of(item)] } else { Vec::new() };
-        let id = id.filter(|_| label != "response");
+        let id = id.filter(|_| label != Kind::Response);
         let ids = id.iter().cloned().collect();
         let method = item.method.as_deref().filter(|_| item.is_request()).map(str::to_string);
-        Ok(Peeked { initialize: label == "initialize", id, label, calls, ids, method, params: None })
+        Ok(Peeked {
+            initialize: label == Kind::Request("initialize"),
+            id,
+            label,
+            calls,
+            ids,
+            method,
+            params: None,
+        })
     }
 
     /// [`Peeked::of`], keeping the `params` tree of a single message.
@@ -134,12 +165,17 @@ mod tests {
     fn messages_are_classified_from_the_strict_read() {
         let ok = |body: &str| peek(body).unwrap();
         let p = ok(r#"{"jsonrpc":"2.0","id":"a","method":"initialize","params":{}}"#);
-        assert_eq!((p.label, p.initialize, p.id), ("initialize", true, Some(serde_json::json!("a"))));
-        assert_eq!(ok(r#"{"jsonrpc":"2.0","id":1,"method":"x/y"}"#).label, "other");
-        assert_eq!(ok(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).label, "notification");
+        assert_eq!(
+            (p.label.as_str(), p.initialize, p.id),
+            ("initialize", true, Some(serde_json::json!("a")))
+        );
+        assert_eq!(ok(r#"{"jsonrpc":"2.0","id":1,"method":"x/y"}"#).label, Kind::Request("other"));
+        assert_eq!(ok(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).label, Kind::Notification);
         let r = ok(r#"{"jsonrpc":"2.0","id":7,"result":{}}"#);
-        assert_eq!((r.label, r.id), ("response", None), "a response's id is the server's");
-        assert_eq!(ok(r#" [{"jsonrpc":"2.0","method":"a"}]"#).label, "batch");
+        assert_eq!((r.label, r.id), (Kind::Response, None), "a response's id is the server's");
+        assert_eq!(ok(r#" [{"jsonrpc":"2.0","method":"a"}]"#).label, Kind::Batch);
+        assert_eq!(Kind::Response.as_str(), "response");
+        assert_eq!(Kind::Notification.as_str(), "notification");
         assert_eq!(
             ok(r#"{"jsonrpc":"2.0","id":{"x":1},"method":"ping"}"#).id,
             None,

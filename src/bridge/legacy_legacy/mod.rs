@@ -29,7 +29,7 @@ use super::{Caller, Generation, Held, Services, Target};
 use crate::config::Config;
 use crate::error::Error;
 use crate::front::headers::{LAST_EVENT_ID, PROTOCOL_VERSION, SESSION_ID};
-use crate::front::legacy::Peeked;
+use crate::front::legacy::{Kind, Peeked};
 use crate::metrics::OpenedLabels;
 use crate::reply::{self, Body};
 use crate::sealed::Purpose;
@@ -111,7 +111,7 @@ impl Bridge {
         started: Instant,
     ) -> Response<Body> {
         let Held { permits: hold, body: body_share } = held;
-        let done = if peek.label == "batch" && caller.access.is_some() {
+        let done = if peek.label == Kind::Batch && caller.access.is_some() {
             Err(Error::InvalidRequest("batches are not relayed on a route with authorization rules".into()))
         } else {
             match target.admit(&caller.principal, &super::asks(&peek)) {
@@ -128,12 +128,12 @@ impl Bridge {
                 Ok(slot) => self.relay_post(target, &caller, &peek, Box::new((hold, slot)), body_share).await,
             }
         };
+        target.observed(matches!(done, Err(Error::UpstreamUnreachable)));
         let (resp, outcome) = match done {
             Ok(resp) => (resp, "forwarded"),
             Err(e) => (self.error(peek.id.as_ref(), &e), e.reason()),
         };
-        target.observed(outcome);
-        self.services.count(target, (Generation::Legacy, upstream), peek.label, outcome, started);
+        self.services.count(target, (Generation::Legacy, upstream), peek.label.as_str(), outcome, started);
         resp
     }
 
@@ -148,7 +148,9 @@ impl Bridge {
         started: Instant,
     ) -> Response<Body> {
         let get = method == http::Method::GET;
-        let (resp, outcome) = match self.session_verb_inner(target, get, &caller, permit).await {
+        let done = self.session_verb_inner(target, get, &caller, permit).await;
+        target.observed(matches!(done, Err(Error::UpstreamUnreachable)));
+        let (resp, outcome) = match done {
             Ok(resp) => (resp, "forwarded"),
             Err(e) => {
                 let mut resp = self.error(None, &e);
@@ -159,7 +161,6 @@ impl Bridge {
             }
         };
         let label = if get { "GET" } else { "DELETE" };
-        target.observed(outcome);
         self.services.count(target, (Generation::Legacy, upstream), label, outcome, started);
         resp
     }
@@ -405,13 +406,13 @@ impl Bridge {
                 relay.id = peek.id.clone();
                 relay.answering = Some(Answering { ids: peek.ids.clone(), upstream: upstream.clone() });
                 if let Some(view) = filter.clone() {
-                    let method = peek.label;
+                    let method = peek.label.as_str();
                     relay.rewrite = Some(Box::new(move |data: &str| view.filter_message(method, data)));
                 }
                 Ok(relay.response(None))
             }
             _ => {
-                let filter = filter.as_deref().map(|v| (v, peek.label));
+                let filter = filter.as_deref().map(|v| (v, peek.label.as_str()));
                 self.json_answer(upstream, resp, &peek.ids, filter).await
             }
         }

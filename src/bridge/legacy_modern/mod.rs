@@ -34,7 +34,7 @@ use super::session_token::{self as token, Claims, Rejected, Translated};
 use super::{Caller, Services, Target};
 use crate::config::{Config, LEGACY_VERSIONS};
 use crate::error::{error_body, Error};
-use crate::front::legacy::Peeked;
+use crate::front::legacy::{Kind, Peeked};
 use crate::front::{Call, Meta, Method, MODERN_VERSION, SUPPORTED_VERSIONS};
 use crate::metrics::{MethodLabels, OpenedLabels, ReasonLabels};
 use crate::reply::{self, Body, Reply};
@@ -111,18 +111,18 @@ impl Bridge {
         peek: Peeked,
         mut reply: Reply,
     ) -> (&'static str, &'static str) {
-        let label = peek.label;
+        let label = peek.label.as_str();
         // Held until the answer is complete.
         let _slot = match target.admit(&caller.principal, &super::asks(&peek)) {
             Ok(slot) => slot,
             Err(e) => return (label, fail(reply, peek.id.as_ref(), &e).await),
         };
-        let outcome = match label {
-            "batch" => {
+        let outcome = match peek.label {
+            Kind::Batch => {
                 let e = Error::InvalidRequest("batches are not supported in front of this server".into());
                 fail(reply, None, &e).await
             }
-            "response" => {
+            Kind::Response => {
                 // An answer to a question pushed on some replica's stream.
                 match self.session(target, caller) {
                     Ok(claims) => {
@@ -132,7 +132,7 @@ impl Bridge {
                     Err(e) => fail(reply, None, &e).await,
                 }
             }
-            "notification" => match self.session(target, caller) {
+            Kind::Notification => match self.session(target, caller) {
                 Ok(_) => accepted(reply),
                 Err(e) => fail(reply, None, &e).await,
             },
@@ -285,6 +285,7 @@ impl Bridge {
         // Nothing of a discover is the client's to see on the way.
         let (mut notes, _quiet) = Reply::new(false);
         let asked = without_client_token(upstream.call(target, call, caller, &mut notes)).await;
+        target.observed(asked.unreachable());
         let result = match asked {
             Outcome::Complete(result) => Value::Object(result.into_tree()?),
             Outcome::Failed(Failure::Gateway(e)) => return Err(e),
@@ -366,7 +367,9 @@ impl Bridge {
         reply: &mut Reply,
     ) -> Result<Value, Stop> {
         for _ in 0..MAX_ROUNDS {
-            let mut result = match upstream.call(target, call.clone(), caller, reply).await {
+            let outcome = upstream.call(target, call.clone(), caller, reply).await;
+            target.observed(outcome.unreachable());
+            let mut result = match outcome {
                 Outcome::Complete(result) => {
                     let mut result = result.into_tree()?;
                     strip_modern(&mut result);

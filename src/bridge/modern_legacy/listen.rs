@@ -123,29 +123,29 @@ impl Bridge {
         let route = &*target.route;
         let filter = match Filter::parse(&call.params) {
             Ok(f) => f,
-            Err(e) => return fail(reply, call, e).await,
+            Err(e) => return fail(target, reply, call, e).await,
         };
         let _place = match self.services.stream_place(&route.id, &caller.principal) {
             Ok(place) => place,
-            Err(e) => return fail(reply, call, e).await,
+            Err(e) => return fail(target, reply, call, e).await,
         };
         let open = |t| self.pool.open_exclusive(t, Self::key(route, call, caller, t));
         let session = match target.on_instance(open, |e| matches!(e, Error::UpstreamUnreachable)).await.0 {
             Ok(s) => s,
-            Err(e) => return fail(reply, call, e).await,
+            Err(e) => return fail(target, reply, call, e).await,
         };
         let gauge =
             self.services.metrics.listen_streams_open.get_or_create(&Metrics::route(&route.id)).clone();
         gauge.inc();
-        let outcome = self.run_listen(route, call, &session, filter, &mut reply).await;
+        let ended = self.run_listen(route, call, &session, filter, &mut reply).await;
         gauge.dec();
         self.pool.close(&session, "exclusive").await;
-        if outcome == "ok" {
+        if ended == Ended::Complete {
             let end = json!({"jsonrpc": "2.0", "id": call.id,
                 "result": {"resultType": "complete", "_meta": {SUBSCRIPTION_ID: call.id}}});
             reply.finish(StatusCode::OK, &end).await;
         }
-        outcome
+        ended.outcome()
     }
 
     async fn run_listen(
@@ -155,7 +155,7 @@ impl Bridge {
         session: &Session,
         filter: Filter,
         reply: &mut Reply,
-    ) -> &'static str {
+    ) -> Ended {
         let filter = filter.honoured(&session.init);
         let timeout = route.upstream.response_timeout;
         for uri in &filter.uris {
@@ -178,7 +178,7 @@ impl Bridge {
         let ack = json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
             "params": {"notifications": filter.to_json(), "_meta": {SUBSCRIPTION_ID: call.id}}});
         if reply.event(&ack).await.is_err() {
-            return "cancelled";
+            return Ended::Cancelled;
         }
         let mut keepalive =
             tokio::time::interval_at(Instant::now() + self.services.keepalive, self.services.keepalive);
@@ -190,18 +190,18 @@ impl Bridge {
                 }
             };
             tokio::select! {
-                _ = self.services.shutdown.cancelled() => return "ok",
-                _ = reply.closed() => return "cancelled",
+                _ = self.services.shutdown.cancelled() => return Ended::Complete,
+                _ = reply.closed() => return Ended::Cancelled,
                 _ = keepalive.tick() => {
-                    if reply.keepalive().await.is_err() { return "cancelled"; }
+                    if reply.keepalive().await.is_err() { return Ended::Cancelled; }
                 }
                 msg = next => match msg {
-                    Err(_) => return "ok",
+                    Err(_) => return Ended::Complete,
                     Ok(msg) if msg.get("id").is_some() && msg.get("method").is_some() => {
                         respond_upstream(session, &session.wire, &msg).await;
                     }
                     Ok(msg) if filter.wants(&msg) => {
-                        if reply.event(&tagged(msg, &call.id)).await.is_err() { return "cancelled"; }
+                        if reply.event(&tagged(msg, &call.id)).await.is_err() { return Ended::Cancelled; }
                     }
                     Ok(_) => {}
                 },
@@ -210,7 +210,28 @@ impl Bridge {
     }
 }
 
-async fn fail(reply: Reply, call: &Call, e: Error) -> &'static str {
+/// How a listen stream ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// The upstream's stream ended, or the gateway is shutting down: the
+    /// client is told the subscription is complete.
+    Complete,
+    /// The client went away.
+    Cancelled,
+}
+
+impl Ended {
+    /// The request's outcome label.
+    fn outcome(self) -> &'static str {
+        match self {
+            Ended::Complete => "ok",
+            Ended::Cancelled => "cancelled",
+        }
+    }
+}
+
+async fn fail(target: &Target, reply: Reply, call: &Call, e: Error) -> &'static str {
+    target.observed(matches!(e, Error::UpstreamUnreachable));
     reply.finish(e.status(), &error_body(Some(&call.id), &e, SUPPORTED_VERSIONS)).await;
     e.reason()
 }

@@ -165,7 +165,7 @@ impl Bridge {
         match self.pass(target, call, &headers, body, binding, hold).await {
             Ok(resp) => (resp, "forwarded"),
             Err(e) => {
-                target.observed(e.reason());
+                target.observed(matches!(e, Error::UpstreamUnreachable));
                 let resp =
                     reply::json_response(e.status(), &error_body(Some(&call.id), &e, SUPPORTED_VERSIONS));
                 (resp, e.reason())
