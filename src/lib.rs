@@ -43,7 +43,7 @@ pub use config::Config;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing {
-    pub use crate::bridge::modern_legacy::fuzzing::{h1_exchange, H1Response, Seals};
+    pub use crate::bridge::sessions::fuzzing::{h1_exchange, H1Response, Seals};
 }
 
 /// A running gateway.
@@ -159,8 +159,8 @@ async fn start(config: Config, source: Option<reload::Source>) -> std::io::Resul
     // limit sweeps, JWKS refreshes.
     gateway.start();
     let mut tasks = vec![
-        tokio::spawn(gateway.modern_legacy().pool().clone().run_reaper(stop.clone())),
-        tokio::spawn(gateway.modern_legacy().clone().run_flow_reaper(stop.clone())),
+        tokio::spawn(gateway.sessions().pool().clone().run_reaper(stop.clone())),
+        tokio::spawn(gateway.sessions().clone().run_flow_reaper(stop.clone())),
         tokio::spawn(server::serve(
             gateway.clone(),
             listener,
@@ -191,7 +191,7 @@ async fn start(config: Config, source: Option<reload::Source>) -> std::io::Resul
         futures_util::future::join_all(tasks).await;
         // Upstream sessions are told goodbye, for a bounded time: an upstream
         // that hangs must not hold the process (its idle timeout ends them).
-        let closing = gateway.modern_legacy().pool().close_all();
+        let closing = gateway.sessions().pool().close_all();
         if tokio::time::timeout(CLOSE_SESSIONS, closing).await.is_err() {
             tracing::warn!("upstream sessions still closing at exit; left to the upstream's idle timeout");
         }

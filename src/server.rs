@@ -19,8 +19,8 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use crate::bridge::{
-    legacy_legacy, legacy_modern, modern_client, modern_legacy, modern_modern, Caller, Cell, Generation,
-    Held, Services, Target, Targets,
+    legacy_client, legacy_relay, modern_client, sessions, stateless, Caller, Cell, Generation, Held,
+    Services, Target, Targets,
 };
 use crate::cluster;
 use crate::config::{Config, ConnLimits};
@@ -44,10 +44,10 @@ pub struct Gateway {
     stop: CancellationToken,
     services: Arc<Services>,
     /// The cells (DESIGN §9).
-    modern_legacy: Arc<modern_legacy::Bridge>,
-    legacy_legacy: legacy_legacy::Bridge,
-    modern_modern: modern_modern::Bridge,
-    legacy_modern: Arc<legacy_modern::Bridge>,
+    sessions: Arc<sessions::Bridge>,
+    legacy_relay: legacy_relay::Bridge,
+    stateless: stateless::Bridge,
+    legacy_client: Arc<legacy_client::Bridge>,
     metrics: Metrics,
     registry: Registry,
     draining: AtomicBool,
@@ -77,8 +77,8 @@ impl Gateway {
         let metrics = Metrics::register(&mut registry);
         let services = Arc::new(Services::new(&config, cluster_tls, metrics.clone(), shutdown.clone()));
         let gate = config.cluster.as_ref().map(|c| cluster::Gate::new(c, metrics.internal_refused.clone()));
-        let legacy_legacy = legacy_legacy::Bridge::new(&config, services.clone());
-        let quota = legacy_legacy.session_quota();
+        let legacy_relay = legacy_relay::Bridge::new(&config, services.clone());
+        let quota = legacy_relay.session_quota();
         let live = Live::new(config.clone(), &metrics, &shutdown)?;
         for outcome in ["applied", "rejected"] {
             metrics.config_reloads.get_or_create(&OutcomeOnlyLabels { outcome }).inc_by(0);
@@ -94,10 +94,10 @@ impl Gateway {
             certs: live.tls.as_ref().map(crate::tls::Certs::new),
             max_body_bytes: config.limits.max_body_bytes,
             connections: Arc::new(config.connections.clone()),
-            modern_legacy: Arc::new(modern_legacy::Bridge::new(&config, services.clone())),
-            legacy_legacy,
-            modern_modern: modern_modern::Bridge::new(services.clone()),
-            legacy_modern: Arc::new(legacy_modern::Bridge::new(&config, services.clone(), quota)),
+            sessions: Arc::new(sessions::Bridge::new(&config, services.clone())),
+            legacy_relay,
+            stateless: stateless::Bridge::new(services.clone()),
+            legacy_client: Arc::new(legacy_client::Bridge::new(&config, services.clone(), quota)),
             live: ArcSwap::from_pointee(live),
             reloading: tokio::sync::Mutex::new(()),
             stop: shutdown,
@@ -165,8 +165,8 @@ impl Gateway {
         self.metrics.config_reloads.get_or_create(&OutcomeOnlyLabels { outcome: "rejected" }).inc();
     }
 
-    pub fn modern_legacy(&self) -> &Arc<modern_legacy::Bridge> {
-        &self.modern_legacy
+    pub fn sessions(&self) -> &Arc<sessions::Bridge> {
+        &self.sessions
     }
 
     /// Refuses new modern calls, ends legacy GET streams (their clients
@@ -178,15 +178,14 @@ impl Gateway {
         // Long-lived streams end now, so that their clients reconnect elsewhere.
         self.services.draining.cancel();
         let until = tokio::time::Instant::now() + deadline;
-        let busy = || {
-            self.modern_legacy.parked_flows() + self.legacy_legacy.streaming() + self.legacy_modern.waiting()
-        };
+        let busy =
+            || self.sessions.parked_flows() + self.legacy_relay.streaming() + self.legacy_client.waiting();
         while busy() > 0 && tokio::time::Instant::now() < until {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
         tracing::info!(
-            parked = self.modern_legacy.parked_flows(),
-            streaming = self.legacy_legacy.streaming(),
+            parked = self.sessions.parked_flows(),
+            streaming = self.legacy_relay.streaming(),
             "drain finished"
         );
     }
@@ -475,7 +474,7 @@ impl Gateway {
                 // answer ends (the body itself is dropped then too).
                 let Admission { _call: permit, _body: share } = admission;
                 let held = Held { permits: Box::new(permit), body: share };
-                let post = self.legacy_legacy.post(&target, upstream, caller, peeked, held, started);
+                let post = self.legacy_relay.post(&target, upstream, caller, peeked, held, started);
                 Box::pin(post).await
             }
             // `Cell::of` takes the client's generation from the message.
@@ -504,19 +503,17 @@ impl Gateway {
         match Cell::of(Generation::Legacy, upstream, target.translates_legacy()) {
             Cell::Relay => {
                 let permit = Box::new(permit);
-                self.legacy_legacy
-                    .session_verb(target, upstream, &parts.method, caller, permit, started)
-                    .await
+                self.legacy_relay.session_verb(target, upstream, &parts.method, caller, permit, started).await
             }
             Cell::LegacyModern | Cell::LegacyLegacy => {
                 let get = parts.method == http::Method::GET;
-                let (translated, hold) = (&self.legacy_modern, Box::new(permit));
+                let (translated, hold) = (&self.legacy_client, Box::new(permit));
                 let verb = match upstream {
                     Generation::Modern => {
-                        translated.session_verb(&self.modern_modern, target, &caller, get, hold).await
+                        translated.session_verb(&self.stateless, target, &caller, get, hold).await
                     }
                     Generation::Legacy => {
-                        translated.session_verb(&*self.modern_legacy, target, &caller, get, hold).await
+                        translated.session_verb(&*self.sessions, target, &caller, get, hold).await
                     }
                 };
                 match verb {
@@ -593,13 +590,13 @@ impl Gateway {
             return Ok(gate.refuse(cluster::Refused::NotARetry));
         };
         // A legacy client's answer to a question pushed on a stream here.
-        if self.legacy_modern.take_forwarded(&target, &head.principal, head.session.as_deref(), &body) {
+        if self.legacy_client.take_forwarded(&target, &head.principal, head.session.as_deref(), &body) {
             return Ok(reply::empty(StatusCode::ACCEPTED));
         }
         let Ok(Message::Call(call)) = front::parse_read(&headers, read) else {
             return Ok(gate.refuse(cluster::Refused::NotARetry));
         };
-        if let Err(why) = self.modern_legacy.admit_forwarded(&target.route, &call, &head.principal) {
+        if let Err(why) = self.sessions.admit_forwarded(&target.route, &call, &head.principal) {
             return Ok(gate.refuse(why));
         }
         // Checked by the replica that received it, before it was forwarded.
@@ -637,7 +634,7 @@ impl Gateway {
             return self.reject(&target, Some(&call.id), &Error::Overloaded, started);
         }
         let mut admission = admission;
-        let resumes = cell == Cell::ModernLegacy && self.modern_legacy.resumes_parked(&target.route, &call);
+        let resumes = cell == Cell::ModernLegacy && self.sessions.resumes_parked(&target.route, &call);
         if retired && !resumes {
             return reply::text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into());
         }
@@ -666,7 +663,7 @@ impl Gateway {
         started: Instant,
     ) -> Response<Body> {
         let Admission { _call: permit, _body: share } = admission;
-        let (resp, outcome) = self.modern_modern.serve(&target, &call, caller, Box::new(permit)).await;
+        let (resp, outcome) = self.stateless.serve(&target, &call, caller, Box::new(permit)).await;
         drop(share);
         self.services.count(
             &target,
@@ -701,7 +698,7 @@ impl Gateway {
         let gateway = self.clone();
         // Boxed: it may move to a task of its own (`Inline`), with the record.
         let work: Work = crate::observe::carry(async move {
-            let sessions = &gateway.modern_legacy;
+            let sessions = &gateway.sessions;
             let outcome = match call.method {
                 front::Method::SubscriptionsListen => {
                     sessions.listen_to(&target, &call, &caller, reply).await
@@ -740,13 +737,13 @@ impl Gateway {
         let (reply, answer) = Reply::new(crate::guard::accepts_sse(&caller.headers));
         let gateway = self.clone();
         let work: Work = crate::observe::carry(async move {
-            let translated = &gateway.legacy_modern;
+            let translated = &gateway.legacy_client;
             let (label, outcome) = match onto {
                 Generation::Modern => {
-                    translated.post(&gateway.modern_modern, &target, &caller, peeked, reply).await
+                    translated.post(&gateway.stateless, &target, &caller, peeked, reply).await
                 }
                 Generation::Legacy => {
-                    translated.post(&*gateway.modern_legacy, &target, &caller, peeked, reply).await
+                    translated.post(&*gateway.sessions, &target, &caller, peeked, reply).await
                 }
             };
             drop(caller);

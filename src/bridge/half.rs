@@ -3,10 +3,10 @@
 //! A *client half* turns what a client sent into a typed 2026 [`Call`] and
 //! its [`Outcome`] back into what that client reads: the front door and the
 //! writer of 2026 answers for 2026 clients; the translated session of a
-//! legacy client ([`super::legacy_modern`]). An *upstream half* runs a call
+//! legacy client ([`super::legacy_client`]). An *upstream half* runs a call
 //! on one kind of server and says how it ended: pooled legacy sessions with
-//! their questions turned into rounds ([`super::modern_legacy`]), or a
-//! stateless 2026 server ([`super::modern_modern`]). The server picks one of
+//! their questions turned into rounds ([`super::sessions`]), or a
+//! stateless 2026 server ([`super::stateless`]). The server picks one of
 //! each; neither half knows which the other is.
 //!
 //! Between them: the call in; notifications on the way (progress, log

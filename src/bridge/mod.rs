@@ -1,30 +1,33 @@
 //! The cells: a client half over an upstream half ([`half`], DESIGN.md §10),
 //! one per (client generation, upstream generation) pair of §9, or the
-//! relay; chosen once per request at [`Cell::of`]. What every cell
-//! uses lives here or beside it: the request's [`Caller`], the resolved
-//! [`Target`] (route and upstream handle), and the shared [`Services`]
-//! (sealing, cluster forwarding, metrics, the places of parking lots, the
-//! stream slots, drain and shutdown). A cell that pauses calls owns a
-//! [`crate::park::ParkingLot`] of its own flow type, drawing from the shared places.
+//! relay; chosen once per request at [`Cell::of`] (the server holds one of
+//! each half and picks the pair). What every cell uses lives here or beside
+//! it: the request's [`Caller`], the resolved [`Target`] (route and
+//! upstream handle), and the shared [`Services`] (sealing, cluster
+//! forwarding, metrics, the places of parking lots, the stream slots, drain
+//! and shutdown). A half that pauses calls owns a [`crate::park::ParkingLot`]
+//! of its own flow type, drawing from the shared places. No half imports
+//! another.
 //!
-//! | client ↓ upstream → | legacy | modern |
+//! | client half ↓ upstream half → | legacy sessions: [`sessions`] | 2026: [`stateless`] |
 //! |---|---|---|
-//! | modern | [`modern_legacy`] | [`modern_modern`] |
-//! | legacy | [`legacy_legacy`] | [`legacy_modern`] (or relayed to one that serves both eras) |
+//! | 2026 client: [`crate::front`], [`modern_client`] | `ModernLegacy` | `ModernModern` (passed through) |
+//! | legacy client, translated: [`legacy_client`] | `LegacyLegacy` | `LegacyModern` |
+//! | legacy client, relayed: [`legacy_relay`] | `Relay` (the direct path) | `Relay`, to a server that serves both eras |
 
 pub mod half;
-pub mod legacy_legacy;
-pub mod legacy_modern;
+pub mod legacy_client;
+pub mod legacy_relay;
 pub mod modern_client;
-pub mod modern_modern;
 pub mod quota;
 pub mod relay;
 pub mod session_token;
+pub mod sessions;
+pub mod stateless;
 mod target;
 pub mod tool_headers;
 
 pub use target::{Admitted, Ask, Detected, Target, Targets};
-pub mod modern_legacy;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,4 +1,6 @@
-//! Modern (2026-07-28) clients on modern upstreams: a pass-through (DESIGN §9).
+//! The 2026 upstream half (DESIGN §9, §10): a 2026 client's call passed
+//! through (below), or a typed call of another client half written as a
+//! 2026 request ([`exchange`]).
 //!
 //! After the front door's checks the client's body goes upstream as it was
 //! received, with the MCP headers mirrored (never credentials, never a

@@ -1,4 +1,6 @@
-//! The legacy bridge: runs modern calls on pooled legacy sessions.
+//! The legacy-session upstream half (DESIGN §2, §10): typed calls run on
+//! pooled legacy sessions, the upstream's questions turned into
+//! `input_required` rounds, paused calls parked here.
 
 mod call;
 mod cursor;

@@ -1,4 +1,5 @@
-//! Legacy (2025 session) clients on legacy upstreams: a relay (DESIGN §9).
+//! Legacy (2025 session) clients relayed to the upstream's own sessions
+//! (DESIGN §9): the direct path, for fidelity, beside the halves.
 //!
 //! The client's `initialize` opens an upstream session of its own with the
 //! client's own params; the upstream's answer goes back with the upstream's

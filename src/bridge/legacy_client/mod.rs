@@ -1,17 +1,18 @@
-//! Legacy (2025 session) clients on 2026-07-28 upstreams: translated (DESIGN §9).
+//! The legacy-client half (DESIGN §9, §10): legacy (2025 session) clients
+//! translated, over any upstream half ([`UpstreamHalf`]).
 //!
-//! The gateway answers `initialize` itself, from the upstream's
+//! The gateway answers `initialize` itself, from the upstream half's
 //! `server/discover`; the session is a sealed token ([`token`] with
 //! [`Translated`]) holding the client's capabilities, `clientInfo` and the
-//! negotiated version, so no replica keeps a session and the upstream sees
-//! none. Each request becomes a self-contained 2026-07-28 call (`_meta` from
-//! the token; `Mcp-Method`, `Mcp-Name` and the tool's `Mcp-Param-*`
-//! headers), on any instance; its answer goes back as the negotiated legacy
-//! version has it (no `resultType`, no 2026-only fields). An `input_required`
-//! result becomes server-initiated requests pushed on the client's SSE answer
+//! negotiated version, so no replica keeps a client session. Each request
+//! becomes a typed 2026 call (`_meta` from the token) run by the upstream
+//! half: a stateless 2026 server, or the gateway's pooled legacy sessions;
+//! its answer goes back as the negotiated legacy version has it (no
+//! `resultType`, no 2026-only fields). An `input_required` outcome becomes
+//! server-initiated requests pushed on the client's SSE answer
 //! ([`question`]); the client's answers (on any replica, forwarded to this
-//! one) go back upstream as `inputResponses` with the `requestState`, on the
-//! instance that asked, and the next round or the result streams on.
+//! one) go back to the upstream half as `inputResponses` with its
+//! `requestState`, and the next round or the result streams on.
 //! `ping` is answered here; `DELETE` ends nothing upstream; `logging/setLevel`
 //! and `resources/subscribe` have no stateless equivalent here and are
 //! refused clearly (their capabilities are not advertised).
