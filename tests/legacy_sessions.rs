@@ -10,7 +10,7 @@ mod support;
 
 use serde_json::{json, Value};
 use support::legacy::{Legacy, LEGACY};
-use support::Gateway;
+use support::{Events, FakeUpstream, Gateway, Step};
 
 /// The demo server in its session-era mode on 127.0.0.1:0, stopped with the
 /// test's runtime.
@@ -166,4 +166,38 @@ async fn deny_rules_hold_on_the_translated_path() {
         list.result()["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
     assert!(!names.contains(&"echo"), "a denied tool is not listed: {names:?}");
     assert!(names.contains(&"add"), "{names:?}");
+}
+
+#[tokio::test]
+async fn the_get_stream_carries_list_changes_of_a_session_of_its_own() {
+    let up = FakeUpstream::new()
+        .get_stream(vec![
+            Step::notify("notifications/prompts/list_changed", json!({})),
+            Step::notify("notifications/tools/list_changed", json!({})),
+            Step::hang(),
+        ])
+        .start()
+        .await;
+    let gw = Gateway::from_toml(&support::single_route("legacy_clients = \"translate\"", ""), up.url()).await;
+    let client = Legacy::new(&gw);
+    let session = client.open().await;
+
+    let mut events = Events::of(client.verb(http::Method::GET, Some(&session)).await);
+    assert_eq!(events.status, 200);
+    let first = events.next().await.expect("a list change");
+    assert_eq!(first["method"], "notifications/prompts/list_changed", "{first}");
+    assert!(first.pointer("/params/_meta").is_none(), "no subscription id for a legacy client: {first}");
+    let second = events.next().await.expect("another");
+    assert_eq!(second["method"], "notifications/tools/list_changed", "{second}");
+    assert_eq!(gw.metric("sessionless_listen_streams_open").await, 1.0);
+
+    // The client leaves: the stream's own upstream session is closed.
+    let get = up.http(http::Method::GET).remove(0);
+    let listened_on = get.session().expect("the GET names its session").to_string();
+    drop(events);
+    up.wait_for("a DELETE of the stream's session", |s| {
+        s.method == http::Method::DELETE && s.session() == Some(listened_on.as_str())
+    })
+    .await;
+    assert_eq!(gw.settled_metric("sessionless_listen_streams_open", 0.0).await, 0.0);
 }

@@ -10,13 +10,15 @@ use tokio::time::Instant;
 use super::call::{respond_upstream, simple_request};
 use super::session::Session;
 use super::{Bridge, Caller, Target};
+use crate::bridge::relay::Rewrite;
 use crate::config::Route;
 use crate::error::error_body;
 use crate::error::Error;
 use crate::front::Call;
 use crate::front::SUPPORTED_VERSIONS;
 use crate::metrics::Metrics;
-use crate::reply::Reply;
+use crate::reply::{Body, Reply};
+use http::Response;
 
 const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 const MAX_SUBSCRIBED_URIS: usize = 256;
@@ -206,6 +208,95 @@ impl Bridge {
                     Ok(_) => {}
                 },
             }
+        }
+    }
+}
+
+impl Bridge {
+    /// The list changes a session of its own hears, for a client half that
+    /// writes a stream of its own (a translated legacy session's GET
+    /// stream): an SSE answer, each notification the filter wants as
+    /// `rewrite` has it (dropped when it says so). Its task ends when the
+    /// client leaves, the upstream's stream ends, or this replica drains or
+    /// stops; then the session is closed. `hold` lives as long as it.
+    pub(super) async fn list_changes(
+        &self,
+        target: &Target,
+        call: &Call,
+        caller: &Caller,
+        rewrite: Rewrite,
+        hold: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Result<Response<Body>, Error> {
+        let route = &*target.route;
+        let filter = Filter::parse(&call.params)?;
+        let open = |t| self.pool.open_exclusive(t, Self::key(route, call, caller, t));
+        let session = target.on_instance(open, |e| matches!(e, Error::UpstreamUnreachable)).await.0?;
+        let filter = filter.honoured(&session.init);
+        let stream = match session.transport.get_stream(&session.wire, None).await {
+            Ok(stream) if filter.tools || filter.prompts || filter.resources => stream,
+            // Nothing the upstream would announce, or no stream to hear it on.
+            _ => {
+                self.pool.close(&session, "exclusive").await;
+                return Err(Error::MethodNotAllowed);
+            }
+        };
+        let (mut reply, answer) = Reply::new(true);
+        // Starts the SSE answer: it is handed over below, before any event.
+        reply.keepalive().await.map_err(|_| Error::Internal("listen stream".into()))?;
+        let gauge =
+            self.services.metrics.listen_streams_open.get_or_create(&Metrics::route(&route.id)).clone();
+        gauge.inc();
+        let (pool, services) = (self.pool.clone(), self.services.clone());
+        tokio::spawn(async move {
+            let _hold = hold;
+            let mut stream = stream;
+            relay_changes(&services, &session, &filter, &rewrite, &mut stream, &mut reply).await;
+            gauge.dec();
+            pool.close(&session, "exclusive").await;
+        });
+        answer.await.map_err(|_| Error::Internal("listen stream".into()))
+    }
+}
+
+/// Passes the notifications `filter` wants from a session's GET stream on
+/// to `reply`, answering the upstream's own requests there, until one end goes.
+async fn relay_changes(
+    services: &crate::bridge::Services,
+    session: &Session,
+    filter: &Filter,
+    rewrite: &Rewrite,
+    stream: &mut crate::upstream::transport::EventStream,
+    reply: &mut Reply,
+) {
+    let mut keepalive = tokio::time::interval_at(Instant::now() + services.keepalive, services.keepalive);
+    loop {
+        tokio::select! {
+            _ = services.draining.cancelled() => return,
+            _ = services.shutdown.cancelled() => return,
+            _ = reply.closed() => return,
+            _ = keepalive.tick() => {
+                if reply.keepalive().await.is_err() { return; }
+            }
+            msg = stream.next() => match msg {
+                Err(_) => return,
+                Ok(msg) if msg.get("id").is_some() && msg.get("method").is_some() => {
+                    respond_upstream(session, &session.wire, &msg).await;
+                }
+                Ok(msg) if filter.wants(&msg) => {
+                    let text = msg.to_string();
+                    let event = match rewrite(&text) {
+                        Ok(None) => msg,
+                        Ok(Some(text)) if text.is_empty() => continue,
+                        Ok(Some(text)) => match serde_json::from_str(&text) {
+                            Ok(event) => event,
+                            Err(_) => continue,
+                        },
+                        Err(()) => continue,
+                    };
+                    if reply.event(&event).await.is_err() { return; }
+                }
+                Ok(_) => {}
+            },
         }
     }
 }

@@ -392,17 +392,16 @@ impl UpstreamHalf for Bridge {
         self.outcome(target, &call, caller, notes, Mirrored::Unchecked).await
     }
 
-    /// Not offered yet: a pooled session's list changes reach 2026 clients
-    /// ([`Bridge::listen`]), not translated sessions.
+    /// A session of its own, its GET stream's list changes.
     async fn listen(
         &self,
-        _target: &Target,
-        _call: Call,
-        _caller: &Caller,
-        _rewrite: super::relay::Rewrite,
-        _hold: Box<dyn std::any::Any + Send + Sync>,
+        target: &Target,
+        call: Call,
+        caller: &Caller,
+        rewrite: super::relay::Rewrite,
+        hold: Box<dyn std::any::Any + Send + Sync>,
     ) -> Result<http::Response<crate::reply::Body>, Error> {
-        Err(Error::MethodNotAllowed)
+        self.list_changes(target, &call, caller, rewrite, hold).await
     }
 }
 
