@@ -313,12 +313,13 @@ impl Bridge {
         let Ok(post) = transport.get_stream(&wire, Some(last_event)).await else {
             return Err(self.rejected(cx, Rejected::FlowLost));
         };
-        let key = Self::key(cx.route, cx.call, cx.caller, transport);
-        let init = match self.pool.acquire(transport, &key).await {
+        let capabilities = super::session::CapabilitiesText::of(&cx.call.meta.capabilities);
+        let key = Self::key(cx.route, cx.call, cx.caller, transport, &capabilities);
+        let init = match self.pool.acquire(transport, key).await {
             Ok(s) => s.init.clone(),
             Err(_) => Arc::new(json!({})),
         };
-        let session = Arc::new(Session::adopt(transport, key, wire.clone(), init));
+        let session = Arc::new(Session::adopt(transport, key.to_owned(), wire.clone(), init));
         let mut flow = ParkedFlow {
             session,
             wire,

@@ -131,7 +131,9 @@ impl Bridge {
             Ok(place) => place,
             Err(e) => return fail(target, reply, call, e).await,
         };
-        let open = |t| self.pool.open_exclusive(t, Self::key(route, call, caller, t));
+        let capabilities = super::session::CapabilitiesText::of(&call.meta.capabilities);
+        let open =
+            |t| self.pool.open_exclusive(t, Self::key(route, call, caller, t, &capabilities).to_owned());
         let session = match target.on_instance(open, |e| matches!(e, Error::UpstreamUnreachable)).await.0 {
             Ok(s) => s,
             Err(e) => return fail(target, reply, call, e).await,
@@ -229,7 +231,9 @@ impl Bridge {
     ) -> Result<Response<Body>, Error> {
         let route = &*target.route;
         let filter = Filter::parse(&call.params)?;
-        let open = |t| self.pool.open_exclusive(t, Self::key(route, call, caller, t));
+        let capabilities = super::session::CapabilitiesText::of(&call.meta.capabilities);
+        let open =
+            |t| self.pool.open_exclusive(t, Self::key(route, call, caller, t, &capabilities).to_owned());
         let session = target.on_instance(open, |e| matches!(e, Error::UpstreamUnreachable)).await.0?;
         let filter = filter.honoured(&session.init);
         let stream = match session.transport.get_stream(&session.wire, None).await {

@@ -34,7 +34,7 @@ use flow::Resumed;
 use mrtr::ParkedFlow;
 use pool::Exclusive;
 pub use pool::Pool;
-use session::{legacy_capabilities, PoolKey, Session};
+use session::{legacy_capabilities, CapabilitiesText, KeyRef, Session};
 
 /// A call's session, and the guard of one of its own.
 type SessionFor = Result<(Arc<Session>, Option<Exclusive>), Error>;
@@ -93,13 +93,21 @@ impl Bridge {
         self.parked.len() + self.resuming.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    fn key(route: &Route, call: &Call, caller: &Caller, instance: &Transport) -> PoolKey {
-        PoolKey {
-            route: route.id.clone(),
-            instance: instance.instance().to_string(),
-            principal: caller.principal.clone(),
-            capabilities: legacy_capabilities(&call.meta.capabilities),
-            version: call.meta.protocol_version.clone(),
+    /// The pool key of `call` on `instance`, borrowed (`capabilities`:
+    /// the call's, as [`CapabilitiesText`]).
+    fn key<'k>(
+        route: &'k Route,
+        call: &'k Call,
+        caller: &'k Caller,
+        instance: &'k Transport,
+        capabilities: &'k CapabilitiesText,
+    ) -> KeyRef<'k> {
+        KeyRef {
+            route: &route.id,
+            instance: instance.instance(),
+            principal: &caller.principal,
+            capabilities: capabilities.as_str(),
+            version: &call.meta.protocol_version,
         }
     }
 
@@ -172,9 +180,9 @@ impl Bridge {
     /// The session a call runs on: the pooled one, or, for a call that
     /// declares `roots`, one of its own (a legacy server may ask `roots/list`
     /// on the session's GET stream, where only a lone call makes it attributable).
-    async fn session_for(&self, transport: &Transport, key: &PoolKey, call: &Call) -> SessionFor {
+    async fn session_for(&self, transport: &Transport, key: KeyRef<'_>, call: &Call) -> SessionFor {
         if call.method.allows_input() && call.meta.declares("roots") {
-            let session = Box::pin(self.pool.open_exclusive(transport, key.clone())).await?;
+            let session = Box::pin(self.pool.open_exclusive(transport, key.to_owned())).await?;
             let guard = Exclusive::new(self.pool.clone(), session.clone());
             return Ok((session, Some(guard)));
         }
@@ -190,7 +198,8 @@ impl Bridge {
         caller: &Caller,
     ) -> (SessionFor, &'t Transport) {
         let open = |t: &'t Transport| async move {
-            self.session_for(t, &Self::key(&target.route, call, caller, t), call).await
+            let capabilities = CapabilitiesText::of(&call.meta.capabilities);
+            self.session_for(t, Self::key(&target.route, call, caller, t, &capabilities), call).await
         };
         target.on_instance(open, |e| matches!(e, Error::UpstreamUnreachable)).await
     }
@@ -225,8 +234,9 @@ impl Bridge {
         let (mut transport, mut session, mut exclusive) = match &pinned {
             Some(p) => {
                 let transport = target.instance(&p.instance).ok_or_else(cursor::expired)?;
-                let key = Self::key(route, call, caller, transport);
-                let (session, exclusive) = self.session_for(transport, &key, call).await?;
+                let capabilities = CapabilitiesText::of(&call.meta.capabilities);
+                let key = Self::key(route, call, caller, transport, &capabilities);
+                let (session, exclusive) = self.session_for(transport, key, call).await?;
                 (transport, session, exclusive)
             }
             None => {
@@ -307,7 +317,7 @@ impl Bridge {
                         .sessions_reinitialized
                         .get_or_create(&Metrics::route(&route.id))
                         .inc();
-                    (session, exclusive) = self.session_for(transport, &session.key, call).await?;
+                    (session, exclusive) = self.session_for(transport, session.key.as_ref(), call).await?;
                 }
                 // Not sent: once more, on another instance if this one
                 // could not be reached (a cursor's page has no other).

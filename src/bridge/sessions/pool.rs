@@ -4,16 +4,17 @@
 //! such session is busy, new keys are refused (429 for a principal's share,
 //! 503 for the whole pool) rather than grown.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::OnceCell;
 
-use super::session::{InitError, PoolKey, Session};
+use super::session::{InitError, KeyRef, PoolKey, Session};
 use crate::error::Error;
 use crate::metrics::{Metrics, QuotaLabels, ReasonLabels};
 use crate::upstream::transport::Transport;
+
+type HashMap<K, V> = hashbrown::HashMap<K, V>;
 
 struct Slot {
     cell: OnceCell<Arc<Session>>,
@@ -30,7 +31,14 @@ pub struct Pool {
 
 impl Pool {
     pub fn new(max: usize, per_principal: usize, idle: Duration, metrics: Metrics) -> Pool {
-        Pool { slots: Mutex::new(HashMap::new()), max, per_principal, idle, epoch: Instant::now(), metrics }
+        Pool {
+            slots: Mutex::new(HashMap::default()),
+            max,
+            per_principal,
+            idle,
+            epoch: Instant::now(),
+            metrics,
+        }
     }
 
     pub fn now_ms(&self) -> u64 {
@@ -38,10 +46,10 @@ impl Pool {
     }
 
     /// The pooled session for `key`, opened on first use.
-    pub async fn acquire(&self, transport: &Transport, key: &PoolKey) -> Result<Arc<Session>, Error> {
+    pub async fn acquire(&self, transport: &Transport, key: KeyRef<'_>) -> Result<Arc<Session>, Error> {
         loop {
             let slot = self.slot(key)?;
-            let open = || Box::pin(self.open(transport, key.clone()));
+            let open = || Box::pin(self.open(transport, key.to_owned()));
             let session = match slot.cell.get_or_try_init(open).await {
                 Ok(s) => s.clone(),
                 Err(e) => {
@@ -80,10 +88,10 @@ impl Pool {
 
     /// Drops a slot whose session could not be opened, so that an upstream
     /// outage does not fill the pool with empty slots nothing can evict.
-    fn forget_unopened(&self, key: &PoolKey, slot: &Arc<Slot>) {
+    fn forget_unopened(&self, key: KeyRef<'_>, slot: &Arc<Slot>) {
         let mut slots = self.slots.lock().expect("pool lock");
-        if slots.get(key).is_some_and(|s| Arc::ptr_eq(s, slot) && s.cell.get().is_none()) {
-            slots.remove(key);
+        if slots.get(&key).is_some_and(|s| Arc::ptr_eq(s, slot) && s.cell.get().is_none()) {
+            slots.remove(&key);
         }
     }
 
@@ -106,14 +114,14 @@ impl Pool {
         }
     }
 
-    fn slot(&self, key: &PoolKey) -> Result<Arc<Slot>, Error> {
+    fn slot(&self, key: KeyRef<'_>) -> Result<Arc<Slot>, Error> {
         let mut slots = self.slots.lock().expect("pool lock");
-        if let Some(slot) = slots.get(key) {
+        if let Some(slot) = slots.get(&key) {
             return Ok(slot.clone());
         }
         let held = slots.keys().filter(|k| k.principal == key.principal).count();
         if held >= self.per_principal {
-            let quota = QuotaLabels { route: key.route.clone(), quota: "sessions_per_principal" };
+            let quota = QuotaLabels { route: key.route.to_string(), quota: "sessions_per_principal" };
             let Some(victim) = lru_idle(&slots, |k| k.principal == key.principal) else {
                 self.metrics.quota_exceeded.get_or_create(&quota).inc();
                 return Err(Error::TooManySessions);
@@ -124,7 +132,7 @@ impl Pool {
             self.evict(&mut slots, &victim);
         }
         let slot = Arc::new(Slot { cell: OnceCell::new() });
-        slots.insert(key.clone(), slot.clone());
+        slots.insert(key.to_owned(), slot.clone());
         Ok(slot)
     }
 
@@ -276,7 +284,7 @@ mod tests {
                 capabilities: "{}".into(),
                 version: "2026-07-28".into(),
             };
-            assert!(pool.acquire(&transport, &key).await.is_err());
+            assert!(pool.acquire(&transport, key.as_ref()).await.is_err());
         }
         assert!(pool.is_empty(), "failed opens must not fill the pool");
     }

@@ -24,6 +24,48 @@ pub struct PoolKey {
     pub version: String,
 }
 
+impl PoolKey {
+    /// This key, borrowed.
+    pub fn as_ref(&self) -> KeyRef<'_> {
+        KeyRef {
+            route: &self.route,
+            instance: &self.instance,
+            principal: &self.principal,
+            capabilities: &self.capabilities,
+            version: &self.version,
+        }
+    }
+}
+
+/// A pool key borrowed from the call it is looked up for: nothing is copied
+/// unless a session is opened under it. Hashes as the [`PoolKey`] it equals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KeyRef<'a> {
+    pub route: &'a str,
+    pub instance: &'a str,
+    pub principal: &'a str,
+    pub capabilities: &'a str,
+    pub version: &'a str,
+}
+
+impl KeyRef<'_> {
+    pub fn to_owned(self) -> PoolKey {
+        PoolKey {
+            route: self.route.to_string(),
+            instance: self.instance.to_string(),
+            principal: self.principal.to_string(),
+            capabilities: self.capabilities.to_string(),
+            version: self.version.to_string(),
+        }
+    }
+}
+
+impl hashbrown::Equivalent<PoolKey> for KeyRef<'_> {
+    fn equivalent(&self, key: &PoolKey) -> bool {
+        *self == key.as_ref()
+    }
+}
+
 pub struct Session {
     pub key: PoolKey,
     pub transport: Transport,
@@ -138,27 +180,54 @@ fn server_info(init: &Value) -> Option<String> {
 /// drawn from a small fixed set whatever the client sends, because it keys
 /// the session pool and the discover cache.
 pub fn legacy_capabilities(modern: &Map<String, Value>) -> String {
-    // Written directly (it is a pool key, built for every call): the names
-    // below are sorted and need no escaping, so this is the compact JSON
-    // serde_json would write for the same object (its Map is ordered by key).
-    let mut out = String::from("{");
-    for (name, known) in KNOWN_SUB_CAPABILITIES {
-        let Some(Value::Object(declared)) = modern.get(*name) else { continue };
-        if out.len() > 1 {
-            out.push(',');
-        }
-        for part in ["\"", name, "\":{"] {
-            out.push_str(part);
-        }
-        for (i, sub) in known.iter().filter(|k| declared.contains_key(**k)).enumerate() {
-            for part in [if i == 0 { "\"" } else { ",\"" }, sub, "\":{}"] {
-                out.push_str(part);
+    CapabilitiesText::of(modern).as_str().to_string()
+}
+
+/// [`legacy_capabilities`] written on the stack: part of the pool key
+/// every call is looked up by.
+pub struct CapabilitiesText {
+    buf: [u8; CAPABILITIES_TEXT],
+    len: usize,
+}
+
+/// The longest text [`CapabilitiesText`] writes (every known capability and
+/// sub-capability) fits.
+const CAPABILITIES_TEXT: usize = 128;
+
+impl CapabilitiesText {
+    pub fn of(modern: &Map<String, Value>) -> CapabilitiesText {
+        // The names below are sorted and need no escaping, so this is the
+        // compact JSON serde_json would write for the same object (its Map
+        // is ordered by key).
+        let mut out = CapabilitiesText { buf: [0; CAPABILITIES_TEXT], len: 0 };
+        out.push("{");
+        for (name, known) in KNOWN_SUB_CAPABILITIES {
+            let Some(Value::Object(declared)) = modern.get(*name) else { continue };
+            if out.len > 1 {
+                out.push(",");
             }
+            for part in ["\"", name, "\":{"] {
+                out.push(part);
+            }
+            for (i, sub) in known.iter().filter(|k| declared.contains_key(**k)).enumerate() {
+                for part in [if i == 0 { "\"" } else { ",\"" }, sub, "\":{}"] {
+                    out.push(part);
+                }
+            }
+            out.push("}");
         }
-        out.push('}');
+        out.push("}");
+        out
     }
-    out.push('}');
-    out
+
+    fn push(&mut self, part: &str) {
+        self.buf[self.len..self.len + part.len()].copy_from_slice(part.as_bytes());
+        self.len += part.len();
+    }
+
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.buf[..self.len]).expect("written from str parts")
+    }
 }
 
 /// The capabilities passed on to legacy upstreams, with the sub-capabilities
@@ -170,6 +239,36 @@ const KNOWN_SUB_CAPABILITIES: &[(&str, &[&str])] =
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_capability_declared_fits_the_key_text() {
+        let all: Map<String, Value> = serde_json::from_value(json!({
+            "elicitation": {"form": {}, "url": {}}, "roots": {"listChanged": true},
+            "sampling": {"context": {}, "tools": {}}}))
+        .unwrap();
+        let text = legacy_capabilities(&all);
+        assert_eq!(
+            text,
+            r#"{"elicitation":{"form":{},"url":{}},"roots":{},"sampling":{"context":{},"tools":{}}}"#
+        );
+        assert!(text.len() <= CAPABILITIES_TEXT);
+    }
+
+    #[test]
+    fn a_borrowed_key_finds_its_owned_key() {
+        let key = PoolKey {
+            route: "/mcp".into(),
+            instance: "http://u".into(),
+            principal: "p".into(),
+            capabilities: "{}".into(),
+            version: "2026-07-28".into(),
+        };
+        let mut map = hashbrown::HashMap::new();
+        map.insert(key.clone(), 1);
+        assert_eq!(map.get(&key.as_ref()), Some(&1));
+        assert_eq!(map.get(&KeyRef { principal: "q", ..key.as_ref() }), None);
+        assert_eq!(key.as_ref().to_owned(), key);
+    }
 
     #[test]
     fn capabilities_are_canonical_and_drop_list_changed() {
