@@ -43,7 +43,8 @@ pub struct Gateway {
     /// The gateway's stop: the live generations' tasks are its children.
     stop: CancellationToken,
     services: Arc<Services>,
-    /// The cells (DESIGN §9).
+    /// One of each half (DESIGN §10): the legacy-session and the 2026
+    /// upstream halves, the legacy-client half, and the relay.
     sessions: Arc<sessions::Bridge>,
     legacy_relay: legacy_relay::Bridge,
     stateless: stateless::Bridge,
@@ -394,8 +395,9 @@ impl Gateway {
         };
         // The one strict read of the body: every later step reads it, and a
         // body it refuses goes nowhere, whichever generation sent it.
-        // A 2026 client's `params` is built as a tree in the same walk (the
-        // translating cell carries it on); a legacy client's is not needed.
+        // The `params` of a 2026 client, or of a legacy client whose calls
+        // are translated, is built as a tree in the same walk (the typed
+        // call carries it on); a relayed legacy client's is not needed.
         let trees =
             front::generation::by_headers(&parts.headers) != ByHeaders::Legacy || target.translates_legacy();
         let read = if trees { front::strict::read_tree(&body) } else { front::strict::read(&body) };
