@@ -10,9 +10,9 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 
 use bytes::Bytes;
+use futures_util::future::Either;
 use http::{HeaderMap, Request, Response, StatusCode};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::OwnedSemaphorePermit;
@@ -882,7 +882,7 @@ pub async fn serve(
 ) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let limits = gateway.connections.clone();
-    let builder = crate::conn::builder(&limits);
+    let builders = Arc::new(crate::conn::builders(&limits));
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let (at_cap, accept_failed) = (RateLimitedLog::new(LOG_INTERVAL), RateLimitedLog::new(LOG_INTERVAL));
     let mut backoff = ACCEPT_BACKOFF_MIN;
@@ -923,7 +923,7 @@ pub async fn serve(
         let conn = Connection {
             gateway: gateway.clone(),
             kind,
-            builder: builder.clone(),
+            builders: builders.clone(),
             watcher: graceful.watcher(),
             limits: limits.clone(),
         };
@@ -939,7 +939,7 @@ pub async fn serve(
 struct Connection {
     gateway: Arc<Gateway>,
     kind: Listener,
-    builder: hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>,
+    builders: Arc<crate::conn::Builders>,
     watcher: hyper_util::server::graceful::Watcher,
     limits: Arc<ConnLimits>,
 }
@@ -958,12 +958,15 @@ impl Connection {
         let service = hyper::service::service_fn(move |req: Request<Incoming>| {
             let (gw, busy) = (gw.clone(), requests.begin());
             let record = crate::observe::Record::new(req.headers(), gw.sinks.clone());
+            // Boxed here, with the request in it: hyper keeps a box of the
+            // future below for the connection's life (a held stream's too),
+            // not just while the handler runs.
+            let handler = match kind {
+                Listener::Public => Either::Left(Box::pin(gw.handle(req))),
+                Listener::Internal => Either::Right(Box::pin(gw.internal(req))),
+            };
             async move {
-                let resp = match kind {
-                    Listener::Public => record.clone().scope(gw.handle(req)).await,
-                    Listener::Internal => record.clone().scope(gw.internal(req)).await,
-                };
-                let mut resp = resp?;
+                let mut resp = record.clone().scope(handler).await?;
                 record.set_status(resp.status());
                 resp.headers_mut().insert(crate::observe::REQUEST_ID, record.id().clone());
                 Ok::<_, Infallible>(resp.map(|body| Tracked::new(body, busy, record)))
@@ -971,20 +974,7 @@ impl Connection {
         });
         let metrics = &self.gateway.metrics;
         metrics.client_connections_open.inc();
-        let serve = async {
-            let (builder, watcher) = (&self.builder, self.watcher);
-            match tls {
-                None => {
-                    let io = TokioIo::new(crate::conn::Watched::new(stream, watch.clone()));
-                    let _ = watcher.watch(builder.serve_connection(io, service).into_owned()).await;
-                }
-                Some(tls) => {
-                    let Some(stream) = cluster::tls::accept(&tls, stream).await else { return };
-                    let io = TokioIo::new(crate::conn::Watched::new(stream, watch.clone()));
-                    let _ = watcher.watch(builder.serve_connection(io, service).into_owned()).await;
-                }
-            }
-        };
+        let serve = self.builders.serve(stream, tls, watch.clone(), service, self.watcher);
         tokio::select! {
             _ = serve => {}
             why = watch.overstayed(&self.limits) => {
