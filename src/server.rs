@@ -695,6 +695,20 @@ impl Gateway {
         let (reply, answer) = Reply::new(crate::guard::accepts_sse(&caller.headers));
         let method = call.method.as_str();
         let gateway = self.clone();
+        if call.method == front::Method::SubscriptionsListen {
+            // A listen stream may last hours: its work is boxed at its own
+            // size, not at the call path's (several times larger), and holds
+            // the call and the caller boxed, to be dropped once it streams.
+            let (call, caller) = (Box::new(call), Box::new(caller));
+            let work: Work = crate::observe::carry(async move {
+                let outcome = gateway.modern_legacy.listen(&target, call, caller, reply).await;
+                target.observed(outcome);
+                let cell = (Generation::Modern, Generation::Legacy);
+                gateway.services.count(&target, cell, method, outcome, started);
+                drop(admission);
+            });
+            return answer_of(work, answer).await;
+        }
         // Boxed: it may move to a task of its own (`Inline`), with the record.
         let work: Work = crate::observe::carry(async move {
             let outcome = gateway.modern_legacy.serve(&target, call, caller, reply).await;

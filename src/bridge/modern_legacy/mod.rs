@@ -109,7 +109,9 @@ impl Bridge {
             // Rare paths are boxed: the common path's future stays small
             // (it is moved into a box for every request, and kept while parked).
             Method::Discover => Box::pin(self.discover(target, &call, &caller)).await,
-            Method::SubscriptionsListen => return Box::pin(self.listen(target, &call, &caller, reply)).await,
+            Method::SubscriptionsListen => {
+                return Box::pin(self.listen(target, Box::new(call), Box::new(caller), reply)).await
+            }
             _ => self
                 .try_forward(target, &call, &caller, &mut reply, Mirrored::Checked)
                 .await
