@@ -685,7 +685,10 @@ mod streams {
         Ok((sender, body))
     }
 
-    async fn send(sender: &mut Sender, req: Request<Full<Bytes>>) -> Result<hyper::Response<Incoming>, String> {
+    async fn send(
+        sender: &mut Sender,
+        req: Request<Full<Bytes>>,
+    ) -> Result<hyper::Response<Incoming>, String> {
         sender.ready().await.map_err(|e| format!("ready: {e}"))?;
         sender.send_request(req).await.map_err(|e| format!("send: {e}"))
     }
@@ -734,7 +737,12 @@ mod streams {
                     }
                 }
                 Some(Err(e)) => return Err(format!("stream: {e}")),
-                None => return Err(format!("ended before its acknowledgement: {}", String::from_utf8_lossy(&seen))),
+                None => {
+                    return Err(format!(
+                        "ended before its acknowledgement: {}",
+                        String::from_utf8_lossy(&seen)
+                    ))
+                }
             }
         }
         Err("no acknowledgement".into())
