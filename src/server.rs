@@ -10,7 +10,6 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 
 use bytes::Bytes;
-use futures_util::future::Either;
 use http::{HeaderMap, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use prometheus_client::registry::Registry;
@@ -972,15 +971,12 @@ impl Connection {
         let service = hyper::service::service_fn(move |req: Request<Incoming>| {
             let (gw, busy) = (gw.clone(), requests.begin());
             let record = crate::observe::Record::new(req.headers(), gw.sinks.clone());
-            // Boxed here, with the request in it: hyper keeps a box of the
-            // future below for the connection's life (a held stream's too),
-            // not just while the handler runs.
-            let handler = match kind {
-                Listener::Public => Either::Left(Box::pin(gw.handle(req))),
-                Listener::Internal => Either::Right(Box::pin(gw.internal(req))),
-            };
             async move {
-                let mut resp = record.clone().scope(handler).await?;
+                let resp = match kind {
+                    Listener::Public => record.clone().scope(gw.handle(req)).await,
+                    Listener::Internal => record.clone().scope(gw.internal(req)).await,
+                };
+                let mut resp = resp?;
                 record.set_status(resp.status());
                 resp.headers_mut().insert(crate::observe::REQUEST_ID, record.id().clone());
                 Ok::<_, Infallible>(resp.map(|body| Tracked::new(body, busy, record)))
