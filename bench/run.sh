@@ -11,7 +11,9 @@
 # same for a 2026 client on a 2026 upstream (the built-in server with
 # --generation modern: direct, nginx, the gateway's pass-through); one MRTR
 # round trip beside `echo`; gateway memory per parked flow and per pooled
-# session; the criterion microbenchmarks. Prints a table and writes it, with
+# session; gateway memory per held stream (part `streams`: relay GET streams
+# and `subscriptions/listen` on either upstream); the criterion
+# microbenchmarks. Prints a table and writes it, with
 # the raw JSON lines and the logs, to bench/out/<timestamp>/ (and
 # bench/out/latest.md). Every process it starts is stopped on exit.
 #
@@ -21,11 +23,14 @@
 #   BENCH_ONLY=legacy bench/run.sh     # only the legacy relay cells (~3 min at 5 reps)
 #   BENCH_ONLY=modern,echo bench/run.sh   # the pass-through beside the translating path
 #   BENCH_ONLY=auth bench/run.sh       # an open route beside an API-key and a JWT route (~2 min at 5 reps)
+#   BENCH_ONLY=streams bench/run.sh    # memory per held stream, 5,000 of each kind (~2 min)
 #
 # Knobs (environment): BENCH_REPS (5) repetitions of every load cell,
 # BENCH_DURATION (3) measured seconds per cell, BENCH_WARMUP (1),
 # BENCH_PARKED (10000) flows to park, BENCH_PRINCIPALS (1000) pooled sessions
-# to open, BENCH_LOADGEN_THREADS (1), BENCH_SKIP_BUILD=1, BENCH_SKIP_CRITERION=1,
+# to open, BENCH_STREAMS (5000) streams of each kind to hold,
+# BENCH_STREAMS_HOLD (8) seconds they are held once all are open (the RSS is
+# read 3 s in), BENCH_LOADGEN_THREADS (1), BENCH_SKIP_BUILD=1, BENCH_SKIP_CRITERION=1,
 # BENCH_COMMIT (the label of a build other than this checkout's),
 # BENCH_ONLY (all): a comma-separated list of the parts to run, out of fast
 # (the fast upstream: translating, legacy relay, pass-through, API key and
@@ -33,7 +38,8 @@
 # syscalls (strace of the proxies at c=32), echo
 # (stateless echo cells), legacy (legacy relay cells), modern (2026 upstream:
 # pass-through cells, interleaved with the echo cells when both run), auth
-# (open, api_key and jwt routes of one gateway), mrtr, memory, criterion,
+# (open, api_key and jwt routes of one gateway), mrtr, memory, streams
+# (memory per held stream, in front of the fast upstream), criterion,
 # CARGO_TARGET_DIR (default: target/). Needs: cargo, curl, nginx (installed
 # with apt-get when missing and running as root), openssl (the JWT), strace
 # (part syscalls).
@@ -46,10 +52,12 @@ DURATION=${BENCH_DURATION:-3}
 WARMUP=${BENCH_WARMUP:-1}
 PARKED=${BENCH_PARKED:-10000}
 PRINCIPALS=${BENCH_PRINCIPALS:-1000}
+STREAMS=${BENCH_STREAMS:-5000}
+STREAMS_HOLD=${BENCH_STREAMS_HOLD:-8}
 THREADS=${BENCH_LOADGEN_THREADS:-1}
 CONCURRENCY=(1 8 32)
 ONLY=${BENCH_ONLY:-}
-PARTS=(fast syscalls echo legacy modern auth mrtr memory criterion)
+PARTS=(fast syscalls echo legacy modern auth mrtr memory streams criterion)
 want() { [[ -z $ONLY || ",$ONLY," == *",$1,"* ]]; }
 for part in ${ONLY//,/ }; do
     [[ " ${PARTS[*]} " == *" $part "* ]] || { echo "BENCH_ONLY: unknown part '$part' (${PARTS[*]})" >&2; exit 2; }
@@ -97,7 +105,8 @@ if [[ $(ulimit -n) != unlimited && $(ulimit -n) -lt $((PARKED + 1000)) ]]; then
     log "warning: ulimit -n is $(ulimit -n); parking $PARKED flows needs about $((PARKED + 1000))"
 fi
 if ! command -v nginx >/dev/null && [[ -x /usr/sbin/nginx ]]; then PATH=$PATH:/usr/sbin; fi
-if ! command -v nginx >/dev/null; then
+needs_nginx() { local p; for p in fast syscalls echo legacy modern mrtr auth; do want $p && return 0; done; return 1; }
+if needs_nginx && ! command -v nginx >/dev/null; then
     if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
         log "installing nginx (Debian package)"
         apt-get update -qq >/dev/null
@@ -126,13 +135,13 @@ LOADGEN=$TARGET_DIR/release/examples/loadgen
     echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
     echo "kernel: $(uname -r)"
     echo "rustc: $(rustc --version)"
-    echo "nginx: $(nginx -v 2>&1 | sed 's/.*: //')"
+    echo "nginx: $(if command -v nginx >/dev/null; then nginx -v 2>&1 | sed 's/.*: //'; else echo none; fi)"
     if [[ -n ${BENCH_COMMIT:-} ]]; then
         echo "commit: $BENCH_COMMIT"
     else
         echo "commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet HEAD -- src Cargo.toml 2>/dev/null || echo ' (src modified)')"
     fi
-    echo "knobs: reps=$REPS duration=${DURATION}s warmup=${WARMUP}s parked=$PARKED principals=$PRINCIPALS loadgen_threads=$THREADS only=${ONLY:-all}"
+    echo "knobs: reps=$REPS duration=${DURATION}s warmup=${WARMUP}s parked=$PARKED principals=$PRINCIPALS streams=$STREAMS loadgen_threads=$THREADS only=${ONLY:-all}"
 } >"$OUT/machine.txt"
 
 # --- servers ---------------------------------------------------------------
@@ -686,7 +695,110 @@ echo "{\"kind\":\"mem\",\"what\":\"pooled sessions (one principal each)\",\"coun
 cleanup
 fi
 
-# --- 5. criterion microbenchmarks (quiet machine) ---------------------------
+# --- 5. memory per held stream (fresh gateway for each kind) ----------------
+# A legacy client's standalone GET stream relayed (legacy_legacy + relay), a
+# 2026 client's subscriptions/listen on a legacy upstream (modern_legacy: an
+# exclusive upstream session and its GET stream) and on a 2026 upstream
+# (modern_modern: the upstream's own listen stream relayed). In front of the
+# fast upstream, whose held streams send nothing: all are idle but for the
+# gateway's keep-alive comments. Each kind: a fresh gateway, 20 streams
+# opened and let go (warm-up), the gateway's VmRSS, STREAMS opened (64 at a
+# time, one connection each) and held, VmRSS again 3 s after the last one
+# opened. Only the gateway's memory is counted (not the upstream's, not the
+# load generator's).
+if want streams; then
+    [[ -x $FAST ]] || { echo "missing $FAST (cargo build --release --example fast_upstream)" >&2; exit 1; }
+    # A held stream is two sockets in the gateway (client and upstream).
+    if [[ $(ulimit -n) != unlimited && $(ulimit -n) -lt $((2 * STREAMS + 1000)) ]]; then
+        log "warning: ulimit -n is $(ulimit -n); holding $STREAMS streams needs about $((2 * STREAMS + 1000))"
+    fi
+    start_fast legacy
+    STREAMS_LEGACY_PID=$FAST_PID STREAMS_LEGACY_PORT=$FAST_PORT
+    start_fast modern
+    STREAMS_MODERN_PID=$FAST_PID STREAMS_MODERN_PORT=$FAST_PORT
+    STREAMS_DIR=$OUT/streams
+    mkdir -p "$STREAMS_DIR"
+    room=$((STREAMS + 1000))
+    cat >"$STREAMS_DIR/gateway.toml" <<EOF
+[server]
+listen = "127.0.0.1:0"
+
+[[upstreams]]
+name = "fast"
+url = "http://127.0.0.1:$STREAMS_LEGACY_PORT/mcp"
+generation = "legacy"
+
+[[upstreams]]
+name = "fast-modern"
+url = "http://127.0.0.1:$STREAMS_MODERN_PORT/mcp"
+generation = "modern"
+
+[[routes]]
+path = "/mcp"
+upstream = "fast"
+
+[[routes]]
+path = "/mcp-modern"
+upstream = "fast-modern"
+
+# Every stream of the run has one (anonymous) caller.
+[pool]
+max_sessions = $room
+
+[limits]
+max_connections = $room
+max_concurrent_requests = $room
+max_listen_streams = $room
+max_listen_streams_per_principal = $room
+max_sessions_per_principal = $room
+
+[legacy]
+max_new_sessions_per_minute = $((10 * room))
+max_new_sessions_per_principal_per_minute = $((10 * room))
+EOF
+    # Waits (bounded) for the load generator to let its streams go and exit.
+    stop_after_exit() {
+        for _ in $(seq $(((STREAMS_HOLD + 60) * 10))); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+        stop "$1"
+    }
+    streams_cell() { # label kind path what
+        local label=$1 kind=$2 path=$3 what=$4 out line before after end holder
+        start_gateway "gateway-streams-$label" "$STREAMS_DIR/gateway.toml"
+        timeout 60 "$LOADGEN" streams --kind "$kind" --addr "127.0.0.1:$GATEWAY_PORT" --path "$path" \
+            -c 20 --count 20 -d 0 >/dev/null || log "streams $label: warm-up failed"
+        sleep 1
+        before=$(rss_kb "$GATEWAY_PID")
+        out=$STREAMS_DIR/$label.jsonl
+        timeout $((STREAMS_HOLD + 400)) "$LOADGEN" streams --kind "$kind" --addr "127.0.0.1:$GATEWAY_PORT" \
+            --path "$path" -c 64 --count "$STREAMS" -d "$STREAMS_HOLD" --label "streams-$label" >"$out" &
+        PIDS+=($!)
+        holder=$!
+        # The first line comes once every stream is open (or failed).
+        for _ in $(seq 4000); do
+            [[ -s $out ]] && break
+            kill -0 "$holder" 2>/dev/null || break
+            sleep 0.1
+        done
+        line=$(head -1 "$out")
+        sleep 3
+        after=$(rss_kb "$GATEWAY_PID")
+        stop_after_exit "$holder"
+        end=$(sed -n 2p "$out")
+        [[ -n $line ]] || line='{"kind":"streams","opened":0,"errors":1,"first_error":"loadgen failed"}'
+        echo "$line" >>"$RESULTS"
+        [[ -z $end ]] || echo "$end" >>"$RESULTS"
+        log "streams $label: opened $(field "$line" opened) of $STREAMS in $(field "$line" open_seconds) s (errors $(field "$line" errors)), still open when let go $(field "$end" still_open), VmRSS $before → $after KiB"
+        echo "{\"kind\":\"mem\",\"what\":\"$what\",\"held_stream\":true,\"count\":$(field "$line" opened),\"before_kb\":$before,\"after_kb\":$after}" >>"$RESULTS"
+        stop "$GATEWAY_PID"
+    }
+    streams_cell relay-get get /mcp "relay GET streams (legacy client, legacy upstream)"
+    streams_cell listen-legacy listen /mcp "subscriptions/listen (legacy upstream)"
+    streams_cell listen-modern listen /mcp-modern "subscriptions/listen (2026 upstream)"
+    stop "$STREAMS_MODERN_PID"
+    stop "$STREAMS_LEGACY_PID"
+fi
+
+# --- 6. criterion microbenchmarks (quiet machine) ---------------------------
 CRIT_ARGS=()
 if [[ ${BENCH_SKIP_CRITERION:-0} != 1 ]]; then
     log "criterion: cargo bench --bench hot_paths"

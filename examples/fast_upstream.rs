@@ -14,10 +14,16 @@
 //! - `legacy` (2025-11-25, the default): `initialize` mints an
 //!   `Mcp-Session-Id` (kept in a set; a request naming an unknown one gets
 //!   404, none at all 400), notifications 202, `tools/list`, `ping`,
-//!   `tools/call echo`, `DELETE` ends the session, `GET` 405.
+//!   `tools/call echo`, `DELETE` ends the session; `GET` on a session opens
+//!   its standalone SSE stream, which stays open and quiet.
 //! - `modern` (2026-07-28, stateless): `server/discover`, `tools/list`,
-//!   `tools/call echo` with `resultType: complete`; `initialize` is refused
-//!   with -32022 (a 2026-only server).
+//!   `tools/call echo` with `resultType: complete`; `subscriptions/listen`
+//!   answers an SSE stream that acknowledges the filter and then stays open
+//!   and quiet; `initialize` is refused with -32022 (a 2026-only server).
+//!
+//! A held stream (chunked `text/event-stream`) lasts until the peer closes
+//! the connection: it is what `bench/run.sh` part `streams` holds by the
+//! thousand through the gateway.
 //!
 //! Bodies are capped at 1 MiB and heads at 64 headers / 16 KiB; anything it
 //! cannot parse closes the connection. It is a benchmark tool, bound to
@@ -157,12 +163,30 @@ async fn connection(server: Rc<Server>, mut stream: TcpStream) {
             }
         }
         out.clear();
-        server.answer(&method, session.as_deref(), &buf[head_len..head_len + content_length], &mut out);
+        let body = &buf[head_len..head_len + content_length];
+        let held = server.answer(&method, session.as_deref(), body, &mut out);
         buf.drain(..head_len + content_length);
         if stream.write_all(&out).await.is_err() {
             return;
         }
+        if held == Held::Stream {
+            return hold(stream).await;
+        }
     }
+}
+
+/// Whether the answer just written is a stream that stays open.
+#[derive(PartialEq)]
+enum Held {
+    No,
+    Stream,
+}
+
+/// Keeps a streamed answer open, sending nothing more, until the peer
+/// closes the connection (or sends anything: nothing is pipelined on it).
+async fn hold(mut stream: TcpStream) {
+    let mut byte = [0u8; 1];
+    let _ = stream.read(&mut byte).await;
 }
 
 async fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
@@ -173,27 +197,47 @@ async fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
 }
 
 impl Server {
-    fn answer(&self, method: &str, session: Option<&str>, body: &[u8], out: &mut Vec<u8>) {
+    fn answer(&self, method: &str, session: Option<&str>, body: &[u8], out: &mut Vec<u8>) -> Held {
+        let known = |s: Option<&str>| s.is_some_and(|s| self.sessions.borrow().contains(s));
         match method {
             "POST" => {}
             "DELETE" if self.generation == Generation::Legacy => {
                 let known = session.is_some_and(|s| self.sessions.borrow_mut().remove(s));
-                return respond(out, if known { "200 OK" } else { "404 Not Found" }, None, None, b"");
+                respond(out, if known { "200 OK" } else { "404 Not Found" }, None, None, b"");
+                return Held::No;
             }
-            _ => return respond(out, "405 Method Not Allowed", None, None, b""),
+            "GET" if self.generation == Generation::Legacy && known(session) => {
+                stream_head(out);
+                return Held::Stream;
+            }
+            "GET" if self.generation == Generation::Legacy => {
+                respond(out, "404 Not Found", None, Some("application/json"), UNKNOWN_SESSION);
+                return Held::No;
+            }
+            _ => {
+                respond(out, "405 Method Not Allowed", None, None, b"");
+                return Held::No;
+            }
         }
         let Ok(msg) = serde_json::from_slice::<Envelope>(body) else {
-            return respond(out, "400 Bad Request", None, Some("application/json"), PARSE_ERROR);
+            respond(out, "400 Bad Request", None, Some("application/json"), PARSE_ERROR);
+            return Held::No;
         };
         let Some(id) = msg.id else {
             // A notification (or a response to a server request): accepted.
-            return respond(out, "202 Accepted", None, None, b"");
+            respond(out, "202 Accepted", None, None, b"");
+            return Held::No;
         };
         let params = msg.params.unwrap_or_default();
         match self.generation {
             Generation::Legacy => self.legacy(msg.method, id, params, session, out),
+            Generation::Modern if msg.method == "subscriptions/listen" => {
+                listen(out, id);
+                return Held::Stream;
+            }
             Generation::Modern => modern(msg.method, id, params, out),
         }
+        Held::No
     }
 
     fn legacy(&self, method: &str, id: &RawValue, params: Params, session: Option<&str>, out: &mut Vec<u8>) {
@@ -254,6 +298,27 @@ fn tool_call(out: &mut Vec<u8>, id: &RawValue, params: Params, extra: &str) {
     let text = serde_json::to_string(&*text).unwrap_or_else(|_| "\"\"".into());
     let result = format!(r#"{{"content":[{{"type":"text","text":{text}}}]{extra}}}"#);
     result_of(out, id, &result, None)
+}
+
+/// The head of a held SSE answer (chunked: it has no length).
+fn stream_head(out: &mut Vec<u8>) {
+    out.extend_from_slice(
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n\
+          transfer-encoding: chunked\r\n\r\n",
+    );
+}
+
+/// `subscriptions/listen`: the stream's head and its acknowledgement (every
+/// filter taken as asked: the server sends nothing more).
+fn listen(out: &mut Vec<u8>, id: &RawValue) {
+    use std::io::Write;
+    stream_head(out);
+    let event = format!(
+        "event: message\ndata: {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/subscriptions/acknowledged\",\
+         \"params\":{{\"_meta\":{{\"io.modelcontextprotocol/subscriptionId\":{}}}}}}}\n\n",
+        id.get()
+    );
+    let _ = write!(out, "{:x}\r\n{event}\r\n", event.len());
 }
 
 fn result_of(out: &mut Vec<u8>, id: &RawValue, result: &str, session: Option<&str>) {

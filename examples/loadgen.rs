@@ -12,13 +12,20 @@
 //! loadgen mrtr       --addr HOST:PORT [-c N] [-d SECS] [--warmup SECS]   ask_user → input_required → retry; one sample = both
 //! loadgen park       --addr HOST:PORT --count N [-c N]                   N ask_user calls left parked (never retried)
 //! loadgen principals --addr HOST:PORT --count N [-c N] [--offset K]      N echo calls, each with its own bearer token
+//! loadgen streams    --addr HOST:PORT --kind get|listen --count N [-c N] [-d SECS]
+//!                                                                       N streams opened (c at a time), each on its own
+//!                                                                       connection, then held idle for d seconds
+//!                                                                       (`get`: a legacy session's standalone GET stream;
+//!                                                                       `listen`: a 2026 client's subscriptions/listen)
 //!                    (modern and mrtr take `--bearer TOKEN`: every request carries it, for an authenticated route)
 //! loadgen free-port                                                      prints a free 127.0.0.1 TCP port
 //! loadgen report     --results FILE.jsonl [--criterion DIR]              the markdown table of a run
 //! ```
 //!
 //! Every load mode prints one JSON line (requests, errors, rps, p50/p99 in µs)
-//! with `--label` and `--rep` echoed, for `report` to aggregate.
+//! with `--label` and `--rep` echoed, for `report` to aggregate. `streams`
+//! prints two: one as soon as every stream is open (or failed), while they
+//! are held, and one when they are let go (how many were still open).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -44,6 +51,16 @@ enum Mode {
     Mrtr,
     Park,
     Principals,
+    Streams,
+}
+
+/// What `streams` holds.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum StreamKind {
+    /// A legacy session client's standalone GET stream (session opened first).
+    Get,
+    /// A 2026 client's `subscriptions/listen`.
+    Listen,
 }
 
 #[derive(Clone, Debug)]
@@ -63,13 +80,15 @@ struct Opts {
     session: Option<String>,
     /// Modern and mrtr modes: the bearer token every request carries.
     bearer: Option<String>,
+    /// Streams mode: what is held.
+    kind: StreamKind,
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: loadgen legacy|modern|mrtr|park|principals --addr HOST:PORT [--path /mcp] \
+        "usage: loadgen legacy|modern|mrtr|park|principals|streams --addr HOST:PORT [--path /mcp] \
          [-c N] [-d SECS] [--warmup SECS] [--count N] [--offset K] [--threads N] \
-         [--label NAME] [--rep N] [--bearer TOKEN]\n       loadgen free-port\n       \
+         [--label NAME] [--rep N] [--bearer TOKEN] [--kind get|listen]\n       loadgen free-port\n       \
          loadgen report --results FILE.jsonl [--criterion DIR]"
     );
     std::process::exit(2)
@@ -92,6 +111,13 @@ fn main() {
                 tokio::runtime::Builder::new_multi_thread().worker_threads(opts.threads).enable_all().build()
             }
             .expect("runtime");
+            if opts.mode == Mode::Streams {
+                if let Err(e) = rt.block_on(streams::run(opts)) {
+                    eprintln!("loadgen: {e}");
+                    std::process::exit(1)
+                }
+                return;
+            }
             match rt.block_on(run(opts)) {
                 Ok(line) => println!("{line}"),
                 Err(e) => {
@@ -110,6 +136,7 @@ fn parse_opts(cmd: &str, rest: &[String]) -> Opts {
         "mrtr" => Mode::Mrtr,
         "park" => Mode::Park,
         "principals" => Mode::Principals,
+        "streams" => Mode::Streams,
         _ => usage(),
     };
     let mut o = Opts {
@@ -126,6 +153,7 @@ fn parse_opts(cmd: &str, rest: &[String]) -> Opts {
         rep: 0,
         session: None,
         bearer: None,
+        kind: StreamKind::Get,
     };
     let mut it = rest.iter();
     while let Some(flag) = it.next() {
@@ -143,6 +171,13 @@ fn parse_opts(cmd: &str, rest: &[String]) -> Opts {
             "--label" => o.label = val.clone(),
             "--rep" => o.rep = val.parse().unwrap_or_else(|_| usage()),
             "--bearer" => o.bearer = Some(val.clone()),
+            "--kind" => {
+                o.kind = match val.as_str() {
+                    "get" => StreamKind::Get,
+                    "listen" => StreamKind::Listen,
+                    _ => usage(),
+                }
+            }
             _ => usage(),
         }
     }
@@ -338,6 +373,7 @@ async fn once(o: &Opts, conn: &mut Conn, n: u64) -> Result<Sample, String> {
             };
             modern_echo_ok(&conn.send(modern_request(o, "echo", body, bearer)).await?)?;
         }
+        Mode::Streams => unreachable!("streams::run"),
         Mode::Mrtr | Mode::Park => {
             let caps = json!({"elicitation": {}});
             let args = json!({"question": "bench?"});
@@ -496,6 +532,221 @@ async fn run(mut o: Opts) -> Result<Value, String> {
         line["first_error"] = json!(e.chars().take(300).collect::<String>());
     }
     Ok(line)
+}
+
+/// `loadgen streams`: long-lived streams opened by the thousand and held
+/// idle, for the gateway's memory per held stream (`bench/run.sh` part
+/// `streams`). Each stream has its own connection; its events (keep-alive
+/// comments) are read as they come, so that the gateway never waits on it.
+mod streams {
+    use super::*;
+    use hyper::body::Incoming;
+    use tokio::sync::{mpsc, Semaphore};
+    use tokio_util::sync::CancellationToken;
+
+    /// The opening phase's bound: a stream not open by then counts as failed.
+    const OPEN_BOUND: Duration = Duration::from_secs(300);
+    /// The bytes read while waiting for a listen stream's acknowledgement.
+    const ACK_BOUND: usize = 64 << 10;
+
+    pub async fn run(o: Opts) -> Result<(), String> {
+        let o = Arc::new(o);
+        let begin = Instant::now();
+        let gate = Arc::new(Semaphore::new(o.concurrency));
+        let release = CancellationToken::new();
+        let (opened_tx, mut opened_rx) = mpsc::unbounded_channel::<Result<(), String>>();
+        let mut holders = Vec::with_capacity(o.count as usize);
+        for n in 0..o.count {
+            let (o, gate, release, opened) = (o.clone(), gate.clone(), release.clone(), opened_tx.clone());
+            holders.push(tokio::spawn(async move {
+                let permit = gate.acquire_owned().await.expect("never closed");
+                let open = tokio::time::timeout(OPEN_BOUND, open(&o, n)).await;
+                drop(permit);
+                let (sender, body) = match open {
+                    Ok(Ok(held)) => held,
+                    Ok(Err(e)) => return drop(opened.send(Err(e))),
+                    Err(_) => return drop(opened.send(Err("not open in time".into()))),
+                };
+                let _ = opened.send(Ok(()));
+                if hold(body, &release).await {
+                    STILL_OPEN.fetch_add(1, Ordering::Relaxed);
+                }
+                drop(sender);
+            }));
+        }
+        drop(opened_tx);
+        let (mut opened, mut errors, mut first_error) = (0u64, 0u64, None);
+        while let Some(r) = opened_rx.recv().await {
+            match r {
+                Ok(()) => opened += 1,
+                Err(e) => {
+                    errors += 1;
+                    first_error.get_or_insert(e);
+                }
+            }
+            if opened + errors == o.count {
+                break;
+            }
+        }
+        let kind = format!("{:?}", o.kind).to_lowercase();
+        let mut line = json!({
+            "kind": "streams", "label": o.label, "rep": o.rep, "stream": kind,
+            "count": o.count, "opened": opened, "errors": errors,
+            "open_seconds": begin.elapsed().as_secs_f64(), "hold_seconds": o.duration.as_secs_f64(),
+        });
+        if let Some(e) = first_error {
+            line["first_error"] = json!(e.chars().take(300).collect::<String>());
+        }
+        println!("{line}");
+        tokio::time::sleep(o.duration).await;
+        release.cancel();
+        for h in holders {
+            let _ = h.await;
+        }
+        let still = STILL_OPEN.load(Ordering::Relaxed);
+        println!(
+            "{}",
+            json!({"kind": "streams_end", "label": o.label, "rep": o.rep, "stream": kind,
+                "opened": opened, "still_open": still, "ended_early": opened - still})
+        );
+        Ok(())
+    }
+
+    static STILL_OPEN: AtomicU64 = AtomicU64::new(0);
+
+    type Sender = SendRequest<Full<Bytes>>;
+
+    /// Reads a held stream until it is let go (true) or ends first (false).
+    async fn hold(mut body: Incoming, release: &CancellationToken) -> bool {
+        loop {
+            tokio::select! {
+                _ = release.cancelled() => return true,
+                frame = body.frame() => match frame {
+                    Some(Ok(_)) => {}
+                    _ => return false,
+                },
+            }
+        }
+    }
+
+    /// One connection and one stream on it, open and acknowledged.
+    async fn open(o: &Opts, n: u64) -> Result<(Sender, Incoming), String> {
+        let stream = TcpStream::connect(o.addr).await.map_err(|e| format!("connect: {e}"))?;
+        let _ = stream.set_nodelay(true);
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("handshake: {e}"))?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let resp = match o.kind {
+            StreamKind::Get => {
+                let session = session(o, &mut sender).await?;
+                let req = Request::builder()
+                    .method("GET")
+                    .uri(o.path.as_str())
+                    .header("host", o.addr.to_string())
+                    .header("accept", "text/event-stream")
+                    .header("mcp-session-id", session)
+                    .header("mcp-protocol-version", LEGACY)
+                    .body(Full::new(Bytes::new()))
+                    .expect("request");
+                send(&mut sender, req).await?
+            }
+            StreamKind::Listen => {
+                let body = json!({"jsonrpc": "2.0", "id": n + 1, "method": "subscriptions/listen", "params": {
+                    "notifications": {"toolsListChanged": true},
+                    "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
+                              "io.modelcontextprotocol/clientCapabilities": {}}}});
+                let mut b = request(o)
+                    .header("mcp-protocol-version", MODERN)
+                    .header("mcp-method", "subscriptions/listen");
+                if let Some(t) = &o.bearer {
+                    b = b.header("authorization", format!("Bearer {t}"));
+                }
+                let req = b.body(Full::new(Bytes::from(body.to_string()))).expect("request");
+                send(&mut sender, req).await?
+            }
+        };
+        let sse = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if resp.status() != StatusCode::OK || !sse {
+            let status = resp.status();
+            let body = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            return Err(format!("status {status}: {}", String::from_utf8_lossy(&body)));
+        }
+        let mut body = resp.into_body();
+        if o.kind == StreamKind::Listen {
+            acknowledged(&mut body).await?;
+        }
+        Ok((sender, body))
+    }
+
+    async fn send(
+        sender: &mut Sender,
+        req: Request<Full<Bytes>>,
+    ) -> Result<hyper::Response<Incoming>, String> {
+        sender.ready().await.map_err(|e| format!("ready: {e}"))?;
+        sender.send_request(req).await.map_err(|e| format!("send: {e}"))
+    }
+
+    /// A legacy session opened on this connection: initialize, then
+    /// notifications/initialized.
+    async fn session(o: &Opts, sender: &mut Sender) -> Result<String, String> {
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": LEGACY, "capabilities": {},
+            "clientInfo": {"name": "loadgen", "version": "1"}}});
+        let req = request(o).body(Full::new(Bytes::from(init.to_string()))).expect("request");
+        let resp = send(sender, req).await?;
+        let status = resp.status();
+        let sid = resp.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_string);
+        let body = resp.into_body().collect().await.map_err(|e| format!("body: {e}"))?.to_bytes();
+        let sid = match (status, sid) {
+            (StatusCode::OK, Some(sid)) => sid,
+            _ => return Err(format!("initialize: status {status}: {}", String::from_utf8_lossy(&body))),
+        };
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let req = request(o)
+            .header("mcp-session-id", sid.as_str())
+            .header("mcp-protocol-version", LEGACY)
+            .body(Full::new(Bytes::from(note.to_string())))
+            .expect("request");
+        let resp = send(sender, req).await?;
+        let status = resp.status();
+        let _ = resp.into_body().collect().await;
+        if status != StatusCode::ACCEPTED {
+            return Err(format!("initialized: status {status}"));
+        }
+        Ok(sid)
+    }
+
+    /// Reads a listen stream up to its acknowledgement.
+    async fn acknowledged(body: &mut Incoming) -> Result<(), String> {
+        let mut seen = Vec::new();
+        while seen.len() < ACK_BOUND {
+            match body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Some(data) = frame.data_ref() {
+                        seen.extend_from_slice(data);
+                    }
+                    if contains(&seen, b"notifications/subscriptions/acknowledged") {
+                        return Ok(());
+                    }
+                }
+                Some(Err(e)) => return Err(format!("stream: {e}")),
+                None => {
+                    return Err(format!(
+                        "ended before its acknowledgement: {}",
+                        String::from_utf8_lossy(&seen)
+                    ))
+                }
+            }
+        }
+        Err("no acknowledgement".into())
+    }
 }
 
 /// `loadgen report`: medians over repetitions, ratios per repetition, targets.
@@ -942,6 +1193,13 @@ mod report {
                     m["what"].as_str().unwrap_or("?"),
                     n
                 );
+                if m["held_stream"] == true {
+                    verdicts.push(format!(
+                        "| memory per held stream: {} | ≤ 16 KiB | {each:.2} KiB ({n} held) | {} |",
+                        m["what"].as_str().unwrap_or("?"),
+                        verdict(Some(each <= 16.0 && n > 0.0))
+                    ));
+                }
                 if m["what"] == "parked flows" {
                     verdicts.push(format!(
                         "| memory per parked flow | ≤ 16 KiB | {each:.2} KiB ({n} parked) | {} |",

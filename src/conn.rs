@@ -11,7 +11,17 @@
 //! a request in flight (waiting for its upstream, or streaming an SSE answer)
 //! is never cut by either; but an answer the connection has not polled for
 //! `answer_stall_timeout` (the client stopped reading it) ends it too.
+//!
+//! Which protocol a connection speaks is known before hyper reads it: from
+//! its first bytes, peeked (the h2 preface or not), or from TLS ALPN. hyper's
+//! HTTP/1.1 or h2 connection then serves it directly, and an HTTP/1.1
+//! connection holds one 8 KiB read buffer. (hyper_util's auto builder reads
+//! the first bytes itself and hands them back to hyper as a first read of
+//! at most 24 bytes, after which hyper's read buffer doubles to 16 KiB and
+//! stays so for the connection's life: a held SSE stream paid 8 KiB for it.
+//! It still serves a connection whose first bytes leave the question open.)
 
+use std::convert::Infallible;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -20,9 +30,14 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use hyper::body::{Frame, SizeHint};
+use http::{Request, Response};
+use hyper::body::{Frame, Incoming, SizeHint};
+use hyper::server::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::Watcher;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::config::ConnLimits;
@@ -274,19 +289,129 @@ impl hyper::body::Body for Tracked {
     }
 }
 
-/// The connection builder with the configured HTTP/1.1 and h2 limits.
-pub fn builder(limits: &ConnLimits) -> auto::Builder<hyper_util::rt::TokioExecutor> {
-    let mut builder = auto::Builder::new(hyper_util::rt::TokioExecutor::new());
-    builder.http1().max_buf_size(limits.max_header_bytes.max(8192));
-    builder
-        .http2()
+/// What a connection speaks, known before hyper reads from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Http1,
+    Http2,
+    /// Not known yet (the first bytes so far are the start of the h2
+    /// preface, or TLS without ALPN): hyper_util's auto builder reads on
+    /// and decides.
+    Undecided,
+}
+
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// A plain connection's protocol, from its first bytes. They are peeked:
+/// they stay in the socket for hyper to read.
+pub async fn sniff(stream: &TcpStream) -> Protocol {
+    let mut first = [0u8; H2_PREFACE.len()];
+    match stream.peek(&mut first).await {
+        Ok(n) if n > 0 && first[..n] != H2_PREFACE[..n] => Protocol::Http1,
+        Ok(n) if n == H2_PREFACE.len() => Protocol::Http2,
+        // Closed, failed, or a part of the preface only: hyper_util reads.
+        _ => Protocol::Undecided,
+    }
+}
+
+/// A TLS connection's protocol, from what ALPN settled.
+pub fn negotiated<T>(stream: &tokio_rustls::server::TlsStream<T>) -> Protocol {
+    match stream.get_ref().1.alpn_protocol() {
+        Some(b"h2") => Protocol::Http2,
+        Some(b"http/1.1") => Protocol::Http1,
+        _ => Protocol::Undecided,
+    }
+}
+
+/// The connection builders, with the configured HTTP/1.1 and h2 limits.
+pub struct Builders {
+    http1: http1::Builder,
+    http2: http2::Builder<TokioExecutor>,
+    /// The same two, for a connection whose protocol is [`Protocol::Undecided`].
+    auto: auto::Builder<TokioExecutor>,
+}
+
+pub fn builders(limits: &ConnLimits) -> Builders {
+    let max_buf = limits.max_header_bytes.max(8192);
+    let mut http1 = http1::Builder::new();
+    http1.max_buf_size(max_buf);
+    let mut auto = auto::Builder::new(TokioExecutor::new());
+    auto.http1().max_buf_size(max_buf);
+    let header_list = u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX);
+    let (window, stream_window) =
+        (limits.h2_max_body_bytes_in_flight, limits.h2_max_body_bytes_in_flight.min(256 * 1024));
+    let mut http2 = http2::Builder::new(TokioExecutor::new());
+    http2
         .max_concurrent_streams(limits.h2_max_concurrent_streams)
-        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
-        .initial_connection_window_size(limits.h2_max_body_bytes_in_flight)
-        .initial_stream_window_size(limits.h2_max_body_bytes_in_flight.min(256 * 1024))
+        .max_header_list_size(header_list)
+        .initial_connection_window_size(window)
+        .initial_stream_window_size(stream_window)
         .max_pending_accept_reset_streams(Some(20))
         .max_local_error_reset_streams(Some(256));
-    builder
+    auto.http2()
+        .max_concurrent_streams(limits.h2_max_concurrent_streams)
+        .max_header_list_size(header_list)
+        .initial_connection_window_size(window)
+        .initial_stream_window_size(stream_window)
+        .max_pending_accept_reset_streams(Some(20))
+        .max_local_error_reset_streams(Some(256));
+    Builders { http1, http2, auto }
+}
+
+impl Builders {
+    /// Serves one client connection (after its TLS handshake, when `tls` is
+    /// set) until it ends or shutdown's grace (`watcher`) ends it. The TLS
+    /// and h2 paths are boxed: a plain HTTP/1.1 connection's task holds no
+    /// room for their larger state.
+    pub async fn serve<S>(
+        &self,
+        stream: TcpStream,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+        watch: Arc<Watch>,
+        service: S,
+        watcher: Watcher,
+    ) where
+        S: hyper::service::Service<Request<Incoming>, Response = Response<Tracked>, Error = Infallible>
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        match tls {
+            None => {
+                let protocol = sniff(&stream).await;
+                self.serve_io(TokioIo::new(Watched::new(stream, watch)), protocol, service, watcher).await
+            }
+            Some(tls) => {
+                Box::pin(async move {
+                    let Some(stream) = crate::cluster::tls::accept(&tls, stream).await else { return };
+                    let protocol = negotiated(&stream);
+                    self.serve_io(TokioIo::new(Watched::new(stream, watch)), protocol, service, watcher).await
+                })
+                .await
+            }
+        }
+    }
+
+    async fn serve_io<I, S>(&self, io: I, protocol: Protocol, service: S, watcher: Watcher)
+    where
+        I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+        S: hyper::service::Service<Request<Incoming>, Response = Response<Tracked>, Error = Infallible>
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        match protocol {
+            Protocol::Http1 => {
+                let _ = watcher.watch(self.http1.serve_connection(io, service)).await;
+            }
+            Protocol::Http2 => {
+                let _ = Box::pin(watcher.watch(self.http2.serve_connection(io, service))).await;
+            }
+            Protocol::Undecided => {
+                let _ = Box::pin(watcher.watch(self.auto.serve_connection(io, service))).await;
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -368,6 +493,48 @@ mod tests {
         assert_eq!(overstayed.await.unwrap(), Ended::Stalled);
         let waited = stopped.elapsed();
         assert!(waited >= Duration::from_secs(59) && waited <= Duration::from_secs(80), "{waited:?}");
+    }
+
+    /// A loopback pair: what the client sent, as the server's socket sees it.
+    async fn sent(bytes: &[u8]) -> TcpStream {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        client.write_all(bytes).await.unwrap();
+        if bytes.is_empty() {
+            drop(client);
+        } else {
+            // Kept open: the server's socket must not see an end.
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                drop(client);
+            });
+        }
+        server
+    }
+
+    #[tokio::test]
+    async fn the_first_bytes_tell_the_protocol_and_stay_for_hyper() {
+        use tokio::io::AsyncReadExt;
+        for (bytes, protocol) in [
+            (&b"POST /mcp HTTP/1.1\r\n"[..], Protocol::Http1),
+            (b"GET / HTTP/1.1\r\n", Protocol::Http1),
+            (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", Protocol::Http2),
+            (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04", Protocol::Http2),
+            // The start of the preface, or of a POST: hyper_util reads on.
+            (b"P", Protocol::Undecided),
+            (b"PRI * HTTP/2", Protocol::Undecided),
+            (b"PRX", Protocol::Http1),
+            // Closed before any byte.
+            (b"", Protocol::Undecided),
+        ] {
+            let mut server = sent(bytes).await;
+            assert_eq!(sniff(&server).await, protocol, "{:?}", String::from_utf8_lossy(bytes));
+            let mut read = vec![0u8; bytes.len()];
+            server.read_exact(&mut read).await.unwrap();
+            assert_eq!(read, bytes, "peeked, not consumed");
+        }
     }
 
     #[tokio::test(start_paused = true)]

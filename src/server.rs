@@ -12,7 +12,6 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::OwnedSemaphorePermit;
@@ -698,20 +697,25 @@ impl Gateway {
         let (reply, answer) = Reply::new(crate::guard::accepts_sse(&caller.headers));
         let method = call.method.as_str();
         let gateway = self.clone();
+        if call.method == front::Method::SubscriptionsListen {
+            // A listen stream may last hours: its work is boxed at its own
+            // size, not at the call path's (several times larger), and holds
+            // the call and the caller boxed, to be dropped once it streams.
+            let (call, caller) = (Box::new(call), Box::new(caller));
+            let work: Work = crate::observe::carry(async move {
+                let outcome = gateway.sessions.listen(&target, call, caller, reply).await;
+                let cell = (Generation::Modern, Generation::Legacy);
+                gateway.services.count(&target, cell, method, outcome, started);
+                drop(admission);
+            });
+            return answer_of(work, answer).await;
+        }
         // Boxed: it may move to a task of its own (`Inline`), with the record.
         let work: Work = crate::observe::carry(async move {
-            let sessions = &gateway.sessions;
-            let outcome = match call.method {
-                front::Method::SubscriptionsListen => {
-                    sessions.listen_to(&target, &call, &caller, reply).await
-                }
-                _ => {
-                    let mut reply = reply;
-                    let outcome = sessions.serve(&target, &call, &caller, &mut reply).await;
-                    target.observed(outcome.unreachable());
-                    modern_client::answer(&call.id, outcome, reply).await
-                }
-            };
+            let mut reply = reply;
+            let outcome = gateway.sessions.serve(&target, &call, &caller, &mut reply).await;
+            target.observed(outcome.unreachable());
+            let outcome = modern_client::answer(&call.id, outcome, reply).await;
             gateway.services.count(
                 &target,
                 (Generation::Modern, Generation::Legacy),
@@ -894,7 +898,7 @@ pub async fn serve(
 ) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let limits = gateway.connections.clone();
-    let builder = crate::conn::builder(&limits);
+    let builders = Arc::new(crate::conn::builders(&limits));
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let (at_cap, accept_failed) = (RateLimitedLog::new(LOG_INTERVAL), RateLimitedLog::new(LOG_INTERVAL));
     let mut backoff = ACCEPT_BACKOFF_MIN;
@@ -935,7 +939,7 @@ pub async fn serve(
         let conn = Connection {
             gateway: gateway.clone(),
             kind,
-            builder: builder.clone(),
+            builders: builders.clone(),
             watcher: graceful.watcher(),
             limits: limits.clone(),
         };
@@ -951,7 +955,7 @@ pub async fn serve(
 struct Connection {
     gateway: Arc<Gateway>,
     kind: Listener,
-    builder: hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>,
+    builders: Arc<crate::conn::Builders>,
     watcher: hyper_util::server::graceful::Watcher,
     limits: Arc<ConnLimits>,
 }
@@ -983,20 +987,7 @@ impl Connection {
         });
         let metrics = &self.gateway.metrics;
         metrics.client_connections_open.inc();
-        let serve = async {
-            let (builder, watcher) = (&self.builder, self.watcher);
-            match tls {
-                None => {
-                    let io = TokioIo::new(crate::conn::Watched::new(stream, watch.clone()));
-                    let _ = watcher.watch(builder.serve_connection(io, service).into_owned()).await;
-                }
-                Some(tls) => {
-                    let Some(stream) = cluster::tls::accept(&tls, stream).await else { return };
-                    let io = TokioIo::new(crate::conn::Watched::new(stream, watch.clone()));
-                    let _ = watcher.watch(builder.serve_connection(io, service).into_owned()).await;
-                }
-            }
-        };
+        let serve = self.builders.serve(stream, tls, watch.clone(), service, self.watcher);
         tokio::select! {
             _ = serve => {}
             why = watch.overstayed(&self.limits) => {

@@ -9,17 +9,20 @@
 //! the stream at its deadline or when it is told to stop (draining).
 
 use std::any::Any;
+use std::future::Future;
 use std::pin::Pin;
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use futures_util::StreamExt;
+use futures_util::Stream;
 use http::{header, HeaderValue, Response, StatusCode};
-use http_body_util::{BodyExt, StreamBody};
+use http_body_util::BodyExt;
 use hyper::body::Frame;
 use serde_json::Value;
 use sse_stream::{Sse, SseStream};
-use tokio_util::sync::CancellationToken;
+use tokio::time::Sleep;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::error::{error_body, Error};
 use crate::front::SUPPORTED_VERSIONS;
@@ -93,15 +96,7 @@ impl Relay {
 
     /// The client's answer: 200 `text/event-stream` carrying the relayed events.
     pub fn response(self, session: Option<HeaderValue>) -> Response<Body> {
-        let stream = futures_util::stream::unfold(Some(self), |state| async move {
-            let mut relay = state?;
-            match relay.next().await {
-                Next::Event(bytes) => Some((Ok::<_, BoxError>(Frame::data(bytes)), Some(relay))),
-                Next::Last(bytes) => Some((Ok(Frame::data(bytes)), None)),
-                Next::End => None,
-            }
-        });
-        let mut resp = Response::new(BodyExt::boxed(StreamBody::new(stream)));
+        let mut resp = Response::new(BodyExt::boxed(RelayBody::new(self)));
         *resp.status_mut() = StatusCode::OK;
         let h = resp.headers_mut();
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -113,37 +108,23 @@ impl Relay {
         resp
     }
 
-    async fn next(&mut self) -> Next {
-        enum Woke {
-            Stop,
-            Deadline,
-            Quiet,
-            Event(Option<Result<Sse, sse_stream::Error>>),
+    /// What the timer's firing means: the deadline passed, or the upstream
+    /// was quiet for a keep-alive interval.
+    fn timed_out(&mut self, deadline: bool) -> Next {
+        if deadline {
+            return self.fail(&Error::UpstreamTimeout);
         }
-        let at = self.deadline;
-        let deadline = async move {
-            match at {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        let woke = tokio::select! {
-            _ = self.stop.cancelled() => Woke::Stop,
-            _ = deadline => Woke::Deadline,
-            _ = tokio::time::sleep(self.keepalive) => Woke::Quiet,
-            event = self.events.next() => Woke::Event(event),
-        };
-        match woke {
-            Woke::Stop => Next::End,
-            Woke::Deadline => self.fail(&Error::UpstreamTimeout),
-            Woke::Quiet => {
-                self.quiet += self.keepalive;
-                if self.quiet_limit.is_some_and(|limit| self.quiet >= limit) {
-                    return Next::End;
-                }
-                Next::Event(Bytes::from_static(b": keep-alive\n\n"))
-            }
-            Woke::Event(Some(Ok(mut event))) => {
+        self.quiet += self.keepalive;
+        if self.quiet_limit.is_some_and(|limit| self.quiet >= limit) {
+            return Next::End;
+        }
+        Next::Event(Bytes::from_static(b": keep-alive\n\n"))
+    }
+
+    /// An event from the upstream (or its end), as what the client gets.
+    fn on_event(&mut self, event: Option<Result<Sse, sse_stream::Error>>) -> Next {
+        match event {
+            Some(Ok(mut event)) => {
                 self.quiet = Duration::ZERO;
                 if let (Some(rewrite), Some(data)) = (&self.rewrite, &event.data) {
                     match rewrite(data) {
@@ -158,13 +139,13 @@ impl Relay {
                 }
                 self.encoded(&event)
             }
-            Woke::Event(Some(Err(sse_stream::Error::Body(e))))
+            Some(Err(sse_stream::Error::Body(e)))
                 if e.downcast_ref::<BodyError>() == Some(&BodyError::TooLarge) =>
             {
                 self.fail(&Error::UpstreamTooLarge)
             }
-            Woke::Event(Some(Err(sse_stream::Error::Body(_))) | None) => Next::End,
-            Woke::Event(Some(Err(_))) => self.fail(&Error::UpstreamInvalid("invalid event stream")),
+            Some(Err(sse_stream::Error::Body(_))) | None => Next::End,
+            Some(Err(_)) => self.fail(&Error::UpstreamInvalid("invalid event stream")),
         }
     }
 
@@ -196,6 +177,78 @@ enum Next {
     /// The last bytes of the stream.
     Last(Bytes),
     End,
+}
+
+/// A [`Relay`] as the answer's body, polled by hyper itself: the relay, the
+/// stop signal's future and one timer (the keep-alive's, or the deadline's
+/// when that comes first), each held once for the stream's life. The relay
+/// (with the upstream connection and what it holds) goes as soon as the
+/// last bytes are out.
+struct RelayBody {
+    relay: Option<Relay>,
+    stopped: Pin<Box<WaitForCancellationFutureOwned>>,
+    timer: Pin<Box<Sleep>>,
+    /// The timer is the deadline's, not a keep-alive's.
+    timer_is_deadline: bool,
+    /// The timer starts again at the next poll: a frame was just given out.
+    rearm: bool,
+}
+
+impl RelayBody {
+    fn new(relay: Relay) -> RelayBody {
+        RelayBody {
+            stopped: Box::pin(relay.stop.clone().cancelled_owned()),
+            timer: Box::pin(tokio::time::sleep(relay.keepalive)),
+            timer_is_deadline: false,
+            rearm: true,
+            relay: Some(relay),
+        }
+    }
+
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Next> {
+        let Some(relay) = self.relay.as_mut() else {
+            return Poll::Ready(Next::End);
+        };
+        if std::mem::take(&mut self.rearm) {
+            // A keep-alive interval from now, or the deadline when that comes first.
+            let quiet_at = tokio::time::Instant::now() + relay.keepalive;
+            let (at, deadline) = match relay.deadline {
+                Some(deadline) if deadline <= quiet_at => (deadline, true),
+                _ => (quiet_at, false),
+            };
+            self.timer.as_mut().reset(at);
+            self.timer_is_deadline = deadline;
+        }
+        if self.stopped.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Next::End);
+        }
+        if let Poll::Ready(event) = relay.events.as_mut().poll_next(cx) {
+            return Poll::Ready(relay.on_event(event));
+        }
+        ready!(self.timer.as_mut().poll(cx));
+        Poll::Ready(relay.timed_out(self.timer_is_deadline))
+    }
+}
+
+impl hyper::body::Body for RelayBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        let next = ready!(this.poll_next(cx));
+        this.rearm = true;
+        let frame = match next {
+            Next::Event(bytes) => return Poll::Ready(Some(Ok(Frame::data(bytes)))),
+            Next::Last(bytes) => Some(Ok(Frame::data(bytes))),
+            Next::End => None,
+        };
+        this.relay = None;
+        Poll::Ready(frame)
+    }
 }
 
 /// One event as SSE text; an error when its data is not JSON, or is a

@@ -533,7 +533,8 @@ impl EventStream {
                 {
                     return Err(StreamEnd::TooLarge)
                 }
-                Some(Err(sse_stream::Error::Body(_))) | None => self.resume().await?,
+                // Boxed: rare, and its request would size every waiting stream's future.
+                Some(Err(sse_stream::Error::Body(_))) | None => Box::pin(self.resume()).await?,
                 Some(Err(_)) => return Err(StreamEnd::Invalid),
             }
         }

@@ -18,6 +18,7 @@ use crate::front::Call;
 use crate::front::SUPPORTED_VERSIONS;
 use crate::metrics::Metrics;
 use crate::reply::{Body, Reply};
+use crate::upstream::transport::EventStream;
 use http::Response;
 
 const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
@@ -115,51 +116,67 @@ fn tagged(mut msg: Value, id: &Value) -> Value {
 }
 
 impl Bridge {
-    pub(super) async fn listen(
+    /// Serves a `subscriptions/listen` call until the client, the upstream
+    /// or shutdown ends it. A listen stream may last hours, so what it holds
+    /// while it waits is kept small: of the call only its id, of the caller
+    /// nothing (its headers keep the request's read buffer alive), and every
+    /// step but the wait boxed (their futures would otherwise size the
+    /// wait's). The call and the caller come boxed for the same reason: an
+    /// async fn keeps room for its arguments as long as it runs.
+    pub async fn listen(
         &self,
         target: &Target,
-        call: &Call,
-        caller: &Caller,
+        call: Box<Call>,
+        caller: Box<Caller>,
         mut reply: Reply,
     ) -> &'static str {
         let route = &*target.route;
         let filter = match Filter::parse(&call.params) {
             Ok(f) => f,
-            Err(e) => return fail(target, reply, call, e).await,
+            Err(e) => return fail(target, reply, &call.id, e).await,
         };
         let _place = match self.services.stream_place(&route.id, &caller.principal) {
             Ok(place) => place,
-            Err(e) => return fail(target, reply, call, e).await,
+            Err(e) => return fail(target, reply, &call.id, e).await,
         };
         let capabilities = super::session::CapabilitiesText::of(&call.meta.capabilities);
         let open =
-            |t| self.pool.open_exclusive(t, Self::key(route, call, caller, t, &capabilities).to_owned());
-        let session = match target.on_instance(open, |e| matches!(e, Error::UpstreamUnreachable)).await.0 {
+            |t| self.pool.open_exclusive(t, Self::key(route, &call, &caller, t, &capabilities).to_owned());
+        let opened = Box::pin(target.on_instance(open, |e| matches!(e, Error::UpstreamUnreachable))).await;
+        let session = match opened.0 {
             Ok(s) => s,
-            Err(e) => return fail(target, reply, call, e).await,
+            Err(e) => return fail(target, reply, &call.id, e).await,
         };
+        let id = only_id(call);
+        drop(caller);
         let gauge =
             self.services.metrics.listen_streams_open.get_or_create(&Metrics::route(&route.id)).clone();
         gauge.inc();
-        let ended = self.run_listen(route, call, &session, filter, &mut reply).await;
+        let ended = match Box::pin(self.subscribe(route, &id, &session, filter, &mut reply)).await {
+            Some((filter, stream)) => self.run_listen(&id, &session, &filter, stream, &mut reply).await,
+            None => Ended::Cancelled,
+        };
         gauge.dec();
-        self.pool.close(&session, "exclusive").await;
+        Box::pin(self.pool.close(&session, "exclusive")).await;
         if ended == Ended::Complete {
-            let end = json!({"jsonrpc": "2.0", "id": call.id,
-                "result": {"resultType": "complete", "_meta": {SUBSCRIPTION_ID: call.id}}});
+            let end = json!({"jsonrpc": "2.0", "id": id,
+                "result": {"resultType": "complete", "_meta": {SUBSCRIPTION_ID: id}}});
             reply.finish(StatusCode::OK, &end).await;
         }
         ended.outcome()
     }
 
-    async fn run_listen(
+    /// Subscribes upstream to the filter's URIs, opens the session's GET
+    /// stream (if the upstream has one) and acknowledges the filter to the
+    /// client; `None` when the client has gone.
+    async fn subscribe(
         &self,
         route: &Route,
-        call: &Call,
+        id: &Value,
         session: &Session,
         filter: Filter,
         reply: &mut Reply,
-    ) -> Ended {
+    ) -> Option<(Filter, Option<EventStream>)> {
         let filter = filter.honoured(&session.init);
         let timeout = route.upstream.response_timeout;
         for uri in &filter.uris {
@@ -168,7 +185,7 @@ impl Bridge {
                 crate::log_limited!(tracing::Level::WARN, error = %e, "resources/subscribe failed upstream");
             }
         }
-        let mut stream = match session.transport.get_stream(&session.wire, None).await {
+        let stream = match session.transport.get_stream(&session.wire, None).await {
             Ok(s) => Some(s),
             Err(e) => {
                 crate::log_limited!(
@@ -180,10 +197,21 @@ impl Bridge {
             }
         };
         let ack = json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
-            "params": {"notifications": filter.to_json(), "_meta": {SUBSCRIPTION_ID: call.id}}});
-        if reply.event(&ack).await.is_err() {
-            return Ended::Cancelled;
-        }
+            "params": {"notifications": filter.to_json(), "_meta": {SUBSCRIPTION_ID: id}}});
+        reply.event(&ack).await.ok()?;
+        Some((filter, stream))
+    }
+
+    /// The wait: the upstream's notifications the filter wants, tagged,
+    /// and keep-alives, until one side ends.
+    async fn run_listen(
+        &self,
+        id: &Value,
+        session: &Session,
+        filter: &Filter,
+        mut stream: Option<EventStream>,
+        reply: &mut Reply,
+    ) -> Ended {
         let mut keepalive =
             tokio::time::interval_at(Instant::now() + self.services.keepalive, self.services.keepalive);
         loop {
@@ -202,10 +230,10 @@ impl Bridge {
                 msg = next => match msg {
                     Err(_) => return Ended::Complete,
                     Ok(msg) if msg.get("id").is_some() && msg.get("method").is_some() => {
-                        respond_upstream(session, &session.wire, &msg).await;
+                        Box::pin(respond_upstream(session, &session.wire, &msg)).await;
                     }
                     Ok(msg) if filter.wants(&msg) => {
-                        if reply.event(&tagged(msg, &call.id)).await.is_err() { return Ended::Cancelled; }
+                        if reply.event(&tagged(msg, id)).await.is_err() { return Ended::Cancelled; }
                     }
                     Ok(_) => {}
                 },
@@ -269,7 +297,7 @@ async fn relay_changes(
     session: &Session,
     filter: &Filter,
     rewrite: &Rewrite,
-    stream: &mut crate::upstream::transport::EventStream,
+    stream: &mut EventStream,
     reply: &mut Reply,
 ) {
     let mut keepalive = tokio::time::interval_at(Instant::now() + services.keepalive, services.keepalive);
@@ -325,8 +353,13 @@ impl Ended {
     }
 }
 
-async fn fail(target: &Target, reply: Reply, call: &Call, e: Error) -> &'static str {
+async fn fail(target: &Target, reply: Reply, id: &Value, e: Error) -> &'static str {
     target.observed(matches!(e, Error::UpstreamUnreachable));
-    reply.finish(e.status(), &error_body(Some(&call.id), &e, SUPPORTED_VERSIONS)).await;
+    reply.finish(e.status(), &error_body(Some(id), &e, SUPPORTED_VERSIONS)).await;
     e.reason()
+}
+
+/// The call's id; the rest (params, `_meta`) is dropped here.
+fn only_id(call: Box<Call>) -> Value {
+    call.id
 }

@@ -111,18 +111,6 @@ impl Bridge {
         }
     }
 
-    /// A `subscriptions/listen` of a 2026 client: its stream, written to
-    /// `reply` for as long as it lasts. The outcome label for metrics.
-    pub async fn listen_to(
-        &self,
-        target: &Target,
-        call: &Call,
-        caller: &Caller,
-        reply: Reply,
-    ) -> &'static str {
-        Box::pin(self.listen(target, call, caller, reply)).await
-    }
-
     /// Runs one call to its outcome; `mirrored`: whether the call's
     /// `Mcp-Param-*` headers are the client's to check.
     async fn outcome(
@@ -137,7 +125,7 @@ impl Bridge {
             // Rare paths are boxed: the common path's future stays small
             // (it is moved into a box for every request, and kept while parked).
             Method::Discover => Box::pin(self.discover(target, call, caller)).await,
-            // A stream of its own, not one outcome ([`Bridge::listen_to`]).
+            // A stream of its own, not one outcome ([`Bridge::listen`]).
             Method::SubscriptionsListen => return Error::MethodNotFound(call.method.as_str().into()).into(),
             _ => self.try_forward(target, call, caller, notes, mirrored).await.unwrap_or_else(Done::Failed),
         };
