@@ -108,3 +108,36 @@ async fn a_legacy_fast_upstream_keeps_sessions_as_a_legacy_server_does() {
     assert_eq!(support::client::send(&client, delete).await.status(), 200);
     assert_eq!(support::client::send(&client, post(Some(&session), call)).await.status(), 404, "ended");
 }
+
+/// What `bench/run.sh` part `streams` holds by the thousand: through the
+/// gateway, a legacy session's GET stream and a 2026 client's
+/// `subscriptions/listen` on either generation stay open and quiet.
+#[tokio::test]
+async fn held_streams_stay_open_through_the_gateway() {
+    use std::time::Duration;
+    let quiet = Duration::from_millis(300);
+
+    let legacy = Fast::start("legacy");
+    let gw = Gateway::start_auto(&legacy.url).await;
+    let client = support::legacy::Legacy::new(&gw);
+    let session = client.open().await;
+    let get = client.request(http::Method::GET, Some(&session)).body(Default::default()).unwrap();
+    let http = support::client::http_client();
+    let mut events = support::Events::of(support::client::send(&http, get).await);
+    assert_eq!(events.status, 200);
+    assert_eq!(events.headers["content-type"], "text/event-stream");
+    assert!(events.next_within(quiet).await.is_err(), "open, nothing sent");
+
+    for fast in [&legacy, &Fast::start("modern")] {
+        let gw = Gateway::start_auto(&fast.url).await;
+        let mut listen = gw
+            .request("subscriptions/listen")
+            .params(json!({"notifications": {"toolsListChanged": true}}))
+            .open()
+            .await;
+        assert_eq!(listen.status, 200, "{}", fast.url);
+        let ack = listen.next().await.expect("an acknowledgement");
+        assert_eq!(ack["method"], "notifications/subscriptions/acknowledged", "{ack}");
+        assert!(listen.next_within(quiet).await.is_err(), "open, nothing more sent");
+    }
+}
