@@ -3,6 +3,8 @@
 //! notification types the client asked for (and the upstream supports) are
 //! passed on, each tagged with the subscription id.
 
+use std::sync::Arc;
+
 use http::StatusCode;
 use serde_json::{json, Map, Value};
 use tokio::time::Instant;
@@ -139,11 +141,7 @@ impl Bridge {
             Ok(place) => place,
             Err(e) => return fail(target, reply, &call.id, e).await,
         };
-        let capabilities = super::session::CapabilitiesText::of(&call.meta.capabilities);
-        let open =
-            |t| self.pool.open_exclusive(t, Self::key(route, &call, &caller, t, &capabilities).to_owned());
-        let opened = Box::pin(target.on_instance(open, |e| matches!(e, Error::UpstreamUnreachable))).await;
-        let session = match opened.0 {
+        let session = match Box::pin(self.session_of_its_own(target, &call, &caller)).await {
             Ok(s) => s,
             Err(e) => return fail(target, reply, &call.id, e).await,
         };
@@ -243,6 +241,21 @@ impl Bridge {
 }
 
 impl Bridge {
+    /// A session of the stream's own (not pooled; closed by its owner with
+    /// [`super::Pool::close`]), on the next instance that is up.
+    async fn session_of_its_own(
+        &self,
+        target: &Target,
+        call: &Call,
+        caller: &Caller,
+    ) -> Result<Arc<Session>, Error> {
+        let capabilities = super::session::CapabilitiesText::of(&call.meta.capabilities);
+        let route = &*target.route;
+        let open =
+            |t| self.pool.open_exclusive(t, Self::key(route, call, caller, t, &capabilities).to_owned());
+        target.on_instance(open, |e| matches!(e, Error::UpstreamUnreachable)).await.0
+    }
+
     /// The list changes a session of its own hears, for a client half that
     /// writes a stream of its own (a translated legacy session's GET
     /// stream): an SSE answer, each notification the filter wants as
@@ -259,10 +272,7 @@ impl Bridge {
     ) -> Result<Response<Body>, Error> {
         let route = &*target.route;
         let filter = Filter::parse(&call.params)?;
-        let capabilities = super::session::CapabilitiesText::of(&call.meta.capabilities);
-        let open =
-            |t| self.pool.open_exclusive(t, Self::key(route, call, caller, t, &capabilities).to_owned());
-        let session = target.on_instance(open, |e| matches!(e, Error::UpstreamUnreachable)).await.0?;
+        let session = self.session_of_its_own(target, call, caller).await?;
         let filter = filter.honoured(&session.init);
         let stream = match session.transport.get_stream(&session.wire, None).await {
             Ok(stream) if filter.tools || filter.prompts || filter.resources => stream,
