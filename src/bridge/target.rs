@@ -20,7 +20,7 @@ use crate::metrics::{GenerationLabels, Metrics, RouteUpstreamLabels};
 use crate::ratelimit::RateLimits;
 use crate::upstream::credentials::Credentials;
 use crate::upstream::probe::{self, Found};
-use crate::upstream::Transport;
+use crate::upstream::{Channel, Transport};
 
 /// A resolved route: its configuration and the handles of its upstream's instances.
 pub struct Target {
@@ -179,6 +179,26 @@ impl Target {
 
     pub fn instances(&self) -> &[Transport] {
         &self.instances
+    }
+
+    /// The message channel of the instance named `name`, for the
+    /// legacy-session half (HTTP today; a stdio upstream's processes later).
+    pub fn channel(&self, name: &str) -> Option<&dyn Channel> {
+        self.instance(name).map(|t| t as &dyn Channel)
+    }
+
+    /// [`Target::on_instance`] for the legacy-session half: `work` gets the
+    /// instance's message channel.
+    pub async fn on_channel<'t, T, E, Fut>(
+        &'t self,
+        work: impl Fn(&'t dyn Channel) -> Fut,
+        not_sent: impl Fn(&E) -> bool,
+    ) -> (Result<T, E>, &'t dyn Channel)
+    where
+        Fut: std::future::Future<Output = Result<T, E>>,
+    {
+        let (result, instance) = self.on_instance(|t| work(t), not_sent).await;
+        (result, instance)
     }
 
     /// Runs `work` on the next instance that is up; when it fails without
@@ -533,7 +553,7 @@ impl Detected {
                     ?e,
                     "could not probe the upstream's generation"
                 );
-                Err(crate::upstream::map_post_error(e, false))
+                Err(crate::upstream::map_send_error(e, false))
             }
         }
     }

@@ -1,9 +1,13 @@
-//! The gateway as an HTTP client of its upstreams, used by every cell: a
+//! The gateway as a client of its upstreams, used by every cell: the
+//! message channel a legacy session is reached through ([`channel`]), a
 //! small hardened HTTP/1.1 client ([`h1`]), size limits on what comes back
 //! ([`event_limit`]), and the MCP Streamable HTTP exchanges on top
-//! ([`transport`]: POST on a session, the GET stream, DELETE, SSE reading).
+//! ([`transport`]: the channel over HTTP, POST on a session, the GET
+//! stream, DELETE, SSE reading; the raw exchanges of the pass-through and
+//! the relay).
 
 pub mod answers;
+pub mod channel;
 pub mod credentials;
 pub(crate) mod event_limit;
 pub(crate) mod h1;
@@ -11,7 +15,5 @@ pub mod health;
 pub mod probe;
 pub mod transport;
 
-pub use transport::{
-    map_post_error, sse_data, EventStream, PostError, Reply, SessionWire, StreamEnd, Streams, Transport,
-    ACCEPT_BOTH,
-};
+pub use channel::{map_send_error, Channel, SendError, SessionWire};
+pub use transport::{sse_data, Transport, ACCEPT_BOTH};

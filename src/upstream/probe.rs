@@ -7,7 +7,8 @@
 
 use serde_json::{json, Value};
 
-use super::transport::{PostError, SessionWire, Transport};
+use super::channel::{SendError, SessionWire};
+use super::transport::Transport;
 use crate::front::MODERN_VERSION;
 
 /// What the probe found.
@@ -27,11 +28,11 @@ pub enum Found {
 /// out, or an answer too broken to read): nothing is known yet. Never with
 /// a client's token, even when a request's task runs it: the answer is
 /// shared by every caller of the route.
-pub async fn probe(upstream: &Transport) -> Result<Found, PostError> {
+pub async fn probe(upstream: &Transport) -> Result<Found, SendError> {
     super::credentials::without_client_token(ask(upstream)).await
 }
 
-async fn ask(upstream: &Transport) -> Result<Found, PostError> {
+async fn ask(upstream: &Transport) -> Result<Found, SendError> {
     let body = json!({"jsonrpc": "2.0", "id": "sessionless-probe", "method": "server/discover", "params": {
     "_meta": {
         "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
@@ -47,7 +48,7 @@ async fn ask(upstream: &Transport) -> Result<Found, PostError> {
     let bytes = serde_json::to_vec(&body).expect("serialises");
     // Safe to send again: a probe changes nothing upstream.
     let resp = match upstream.send_headers("POST", &headers, &bytes).await {
-        Err(PostError::NotSent | PostError::Broken) => {
+        Err(SendError::NotSent | SendError::Broken) => {
             upstream.send_headers("POST", &headers, &bytes).await?
         }
         other => other?,
@@ -114,7 +115,7 @@ fn message(body: &[u8], sse: bool) -> Value {
 /// What an answer says; `Err` when it says nothing about the protocol (an
 /// upstream that wants credentials, is overloaded or failing, or answered
 /// something that is not MCP): nothing is known yet, the probe is repeated.
-fn classify(status: u16, msg: &Value) -> Result<Found, PostError> {
+fn classify(status: u16, msg: &Value) -> Result<Found, SendError> {
     // Only version-shaped strings, a few: they end up in logs and `/readyz`.
     let versions = |v: Option<&Value>| -> Vec<String> {
         let shaped = |s: &&str| s.len() == 10 && s.bytes().all(|b| b.is_ascii_digit() || b == b'-');
@@ -147,7 +148,7 @@ fn classify(status: u16, msg: &Value) -> Result<Found, PostError> {
     match status {
         400 | 404 | 405 | 406 | 415 => Ok(Found::Legacy),
         200..=299 if rpc_error => Ok(Found::Legacy),
-        _ => Err(PostError::Status(status)),
+        _ => Err(SendError::Status(status)),
     }
 }
 
@@ -171,15 +172,15 @@ mod tests {
         assert_eq!(classify(400, &Value::Null), Ok(Found::Legacy));
         assert_eq!(classify(404, &Value::Null), Ok(Found::Legacy));
         for status in [401, 403, 429, 500, 503] {
-            assert_eq!(classify(status, &Value::Null), Err(PostError::Status(status)), "{status}");
+            assert_eq!(classify(status, &Value::Null), Err(SendError::Status(status)), "{status}");
         }
-        assert_eq!(classify(200, &Value::Null), Err(PostError::Status(200)), "a page that is not MCP");
+        assert_eq!(classify(200, &Value::Null), Err(SendError::Status(200)), "a page that is not MCP");
         let hostile = json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32022, "message": "no",
             "data": {"supported": ["2027-03-01\nready", "9999-99-99", "x"]}}});
         assert_eq!(classify(400, &hostile), Ok(Found::OtherRevision(vec!["9999-99-99".into()])));
         let discover_old =
             json!({"jsonrpc": "2.0", "id": 1, "result": {"supportedVersions": ["2027-03-01"]}});
-        assert_eq!(classify(200, &discover_old), Err(PostError::Status(200)));
+        assert_eq!(classify(200, &discover_old), Err(SendError::Status(200)));
     }
 
     #[test]

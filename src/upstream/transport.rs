@@ -1,6 +1,8 @@
-//! HTTP to one legacy upstream: POST a message on a session, open or resume
-//! its GET stream, DELETE it. Answers come back as JSON or as a stream of
-//! JSON-RPC messages read from SSE (priming events, ids, `retry`, resumption).
+//! HTTP to one upstream instance: the [`Channel`] of legacy sessions (POST
+//! a message on a session, open or resume its GET stream, DELETE it; answers
+//! come back as JSON or as a stream of JSON-RPC messages read from SSE:
+//! priming events, ids, `retry`, resumption), and the raw exchanges of the
+//! 2026 pass-through and the legacy relay.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
@@ -17,76 +19,16 @@ use sse_stream::SseStream;
 use http::Uri;
 use prometheus_client::metrics::counter::Counter;
 
+use super::channel::{Answer, Channel, Messages, Pending, SendError, Sent, SessionWire, StreamEnd};
 use super::credentials::Credentials;
 use super::event_limit::{BodyError, EventLimited};
 use super::h1;
 use super::health::Health;
 use crate::config::Upstream;
-use crate::error::Error;
 use crate::metrics::{InstanceLabels, Metrics, UpstreamLabels};
 
 /// The `Accept` of a request whose answer may be JSON or SSE.
 pub const ACCEPT_BOTH: &str = "application/json, text/event-stream";
-
-/// How a POST went wrong, in the terms the caller decides on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PostError {
-    /// The connection failed before the request was sent: safe to resend.
-    NotSent,
-    /// 404 on a session: the upstream did not process the request.
-    SessionGone,
-    /// No answer started within the response timeout.
-    Timeout,
-    /// The request may have reached the upstream, but its answer broke.
-    Broken,
-    /// An HTTP error status without a JSON-RPC body.
-    Status(u16),
-    /// 401 or 403: the upstream refused the credentials sent, the client's
-    /// own token (`client_token`) or the upstream's configured headers.
-    Denied {
-        status: u16,
-        client_token: bool,
-    },
-    Invalid(&'static str),
-    TooLarge,
-}
-
-/// The upstream's answer to a POST.
-pub enum Reply {
-    /// 202: a notification or response was taken.
-    Accepted,
-    /// A single JSON message (possibly a JSON-RPC error on an HTTP error status).
-    Json(Value),
-    /// The common answer, a plain success response, with its result kept as
-    /// JSON text: it is passed on without building a tree.
-    Result { id: u64, result: Box<RawValue> },
-    /// An SSE stream of messages.
-    Stream(Box<EventStream>),
-}
-
-/// Maps a transport failure to the client-facing error. `sent`: the request
-/// may have reached the upstream, so its outcome is unknown.
-pub fn map_post_error(e: PostError, sent: bool) -> Error {
-    match e {
-        PostError::NotSent => Error::UpstreamUnreachable,
-        PostError::Timeout => Error::UpstreamTimeout,
-        PostError::Broken if sent => Error::OutcomeUnknown,
-        PostError::Broken => Error::UpstreamUnreachable,
-        PostError::SessionGone => Error::UpstreamInvalid("session lost"),
-        PostError::Status(_) => Error::UpstreamInvalid("error status"),
-        PostError::Denied { status, client_token } => Error::UpstreamDenied { status, client_token },
-        PostError::Invalid(why) => Error::UpstreamInvalid(why),
-        PostError::TooLarge => Error::UpstreamTooLarge,
-    }
-}
-
-/// The upstream session a request belongs to, as sent on the wire.
-#[derive(Debug, Clone, Default)]
-pub struct SessionWire {
-    pub id: Option<String>,
-    /// The negotiated version; `None` before `initialize` has answered.
-    pub version: Option<String>,
-}
 
 /// The HTTP client of one upstream instance, cheap to clone.
 #[derive(Clone)]
@@ -229,7 +171,7 @@ impl Transport {
         session: &SessionWire,
         extra: &[(&str, &str)],
         body: &[u8],
-    ) -> Result<h1::Response, PostError> {
+    ) -> Result<h1::Response, SendError> {
         let mut headers: [(&str, &str); 5] = [("", ""); 5];
         let mut n = 0;
         if let Some(id) = &session.id {
@@ -251,15 +193,12 @@ impl Transport {
     /// Runs `attempt` once more when it could not send on an instance that
     /// is still up (a connection that had gone stale); an instance that
     /// could not be reached is not tried again here (it is marked down).
-    pub(crate) async fn once_more<T, F, Fut>(&self, attempt: F) -> Result<T, PostError>
+    pub(crate) async fn once_more<T, F, Fut>(&self, attempt: F) -> Result<T, SendError>
     where
         F: Fn() -> Fut,
-        Fut: std::future::Future<Output = Result<T, PostError>>,
+        Fut: std::future::Future<Output = Result<T, SendError>>,
     {
-        match attempt().await {
-            Err(PostError::NotSent) if self.health().is_up() => attempt().await,
-            other => other,
-        }
+        super::channel::once_more(self.health(), attempt).await
     }
 
     /// [`Transport::send`], [once more](Transport::once_more) if not sent.
@@ -269,7 +208,7 @@ impl Transport {
         session: &SessionWire,
         extra: &[(&str, &str)],
         body: &[u8],
-    ) -> Result<h1::Response, PostError> {
+    ) -> Result<h1::Response, SendError> {
         self.once_more(|| self.send(method, session, extra, body)).await
     }
 
@@ -279,20 +218,20 @@ impl Transport {
         method: &str,
         headers: &[(&str, &str)],
         body: &[u8],
-    ) -> Result<h1::Response, PostError> {
+    ) -> Result<h1::Response, SendError> {
         self.once_more(|| self.send_headers(method, headers, body)).await
     }
 
     /// Sends one request with `headers`, the upstream's configured ones and,
     /// where it takes it, the client's token (besides `Host` and the
     /// framing); the raw answer once its head has arrived. A 401 or 403 is
-    /// [`PostError::Denied`], whatever its body says.
+    /// [`SendError::Denied`], whatever its body says.
     pub(crate) async fn send_headers(
         &self,
         method: &str,
         headers: &[(&str, &str)],
         body: &[u8],
-    ) -> Result<h1::Response, PostError> {
+    ) -> Result<h1::Response, SendError> {
         let inner = &*self.0;
         // On behalf of a client request: its trace, the gateway's hop as parent.
         let sent = crate::observe::hop().map(|hop| hop.sent());
@@ -310,30 +249,30 @@ impl Transport {
         match tokio::time::timeout(inner.upstream.response_timeout, send).await {
             Err(_) => {
                 inner.counts.timeout.inc();
-                Err(PostError::Timeout)
+                Err(SendError::Timeout)
             }
             Ok(Err(h1::Error::Unreachable(_))) => {
                 inner.counts.connect_error.inc();
                 inner.health.failed();
-                Err(PostError::NotSent)
+                Err(SendError::NotSent)
             }
             Ok(Err(h1::Error::NotSent(_))) => {
                 inner.counts.connect_error.inc();
-                Err(PostError::NotSent)
+                Err(SendError::NotSent)
             }
-            Ok(Err(h1::Error::Request(what))) => Err(PostError::Invalid(what)),
+            Ok(Err(h1::Error::Request(what))) => Err(SendError::Invalid(what)),
             Ok(Err(h1::Error::Broken(_) | h1::Error::Invalid(_))) => {
                 inner.counts.broken.inc();
-                Err(PostError::Broken)
+                Err(SendError::Broken)
             }
             Ok(Ok(resp)) => {
                 inner.counts.status(resp.status).inc();
                 match (resp.status, &token) {
                     (401 | 403, Some(forwarded)) => {
                         forwarded.refuse();
-                        Err(PostError::Denied { status: resp.status, client_token: true })
+                        Err(SendError::Denied { status: resp.status, client_token: true })
                     }
-                    (401 | 403, None) => Err(PostError::Denied { status: resp.status, client_token: false }),
+                    (401 | 403, None) => Err(SendError::Denied { status: resp.status, client_token: false }),
                     _ => Ok(resp),
                 }
             }
@@ -341,60 +280,55 @@ impl Transport {
     }
 
     /// POSTs one JSON-RPC message on `session`.
-    pub async fn post<T: serde::Serialize + ?Sized>(
-        &self,
-        session: &SessionWire,
-        body: &T,
-    ) -> Result<(Reply, Option<String>), PostError> {
-        let bytes = serde_json::to_vec(body).map_err(|_| PostError::Invalid("encode"))?;
+    async fn post(&self, session: &SessionWire, message: &[u8]) -> Result<Sent, SendError> {
         let headers = [("accept", ACCEPT_BOTH), ("content-type", "application/json")];
-        let resp = self.send("POST", session, &headers, &bytes).await?;
-        let session_id = resp.header("mcp-session-id").map(str::to_string);
-        let reply = self.reply(resp, session).await?;
-        Ok((reply, session_id))
+        let resp = self.send("POST", session, &headers, message).await?;
+        let opened = resp.header("mcp-session-id").map(str::to_string);
+        let answer = self.answer(resp, session).await?;
+        Ok(Sent { answer, session: opened })
     }
 
-    async fn reply(&self, resp: h1::Response, session: &SessionWire) -> Result<Reply, PostError> {
+    async fn answer(&self, resp: h1::Response, session: &SessionWire) -> Result<Answer, SendError> {
         let status = resp.status;
         if status == 202 {
-            return Ok(Reply::Accepted);
+            return Ok(Answer::Accepted);
         }
         if status == 404 && session.id.is_some() {
-            return Err(PostError::SessionGone);
+            return Err(SendError::SessionGone);
         }
         let success = (200..300).contains(&status);
         if success && resp.is_sse() {
-            return Ok(Reply::Stream(Box::new(EventStream::new(self.clone(), session.clone(), resp.body))));
+            return Ok(Answer::Stream(Box::new(EventStream::new(self.clone(), session.clone(), resp.body))));
         }
         if !resp.is_json() {
-            return Err(if success { PostError::Invalid("content type") } else { PostError::Status(status) });
+            return Err(if success { SendError::Invalid("content type") } else { SendError::Status(status) });
         }
         let body = self.read_body(resp.body).await?;
         // Whichever way it is read below, the tree is bounded (free under 1 MiB).
         if super::event_limit::too_many_values(&body, self.0.max_response) {
-            return Err(PostError::TooLarge);
+            return Err(SendError::TooLarge);
         }
         if success {
             if let Some((id, result)) = plain_result(&body) {
-                return Ok(Reply::Result { id, result });
+                return Ok(Answer::Result { id, result });
             }
         }
         match serde_json::from_slice::<Value>(&body) {
-            Ok(v) if success || v.get("error").is_some() => Ok(Reply::Json(v)),
-            Ok(_) => Err(PostError::Status(status)),
-            Err(_) if success => Err(PostError::Invalid("json")),
-            Err(_) => Err(PostError::Status(status)),
+            Ok(v) if success || v.get("error").is_some() => Ok(Answer::Json(v)),
+            Ok(_) => Err(SendError::Status(status)),
+            Err(_) if success => Err(SendError::Invalid("json")),
+            Err(_) => Err(SendError::Status(status)),
         }
     }
 
     /// Reads a whole answer body under the size limit and the response timeout.
-    pub(crate) async fn read_body(&self, body: h1::Body) -> Result<Bytes, PostError> {
+    pub(crate) async fn read_body(&self, body: h1::Body) -> Result<Bytes, SendError> {
         let limited = Limited::new(body, self.0.max_response);
         match tokio::time::timeout(self.0.upstream.response_timeout, limited.collect()).await {
-            Err(_) => Err(PostError::Timeout),
+            Err(_) => Err(SendError::Timeout),
             Ok(Ok(c)) => Ok(c.to_bytes()),
-            Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(PostError::TooLarge),
-            Ok(Err(_)) => Err(PostError::Broken),
+            Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(SendError::TooLarge),
+            Ok(Err(_)) => Err(SendError::Broken),
         }
     }
 
@@ -403,7 +337,7 @@ impl Transport {
         &self,
         session: &SessionWire,
         last_event_id: Option<&str>,
-    ) -> Result<EventStream, PostError> {
+    ) -> Result<EventStream, SendError> {
         let accept = ("accept", "text/event-stream");
         let resp = match last_event_id {
             Some(id) => self.send("GET", session, &[accept, ("last-event-id", id)], b"").await?,
@@ -411,9 +345,9 @@ impl Transport {
         };
         match resp.status {
             200..=299 if resp.is_sse() => Ok(EventStream::new(self.clone(), session.clone(), resp.body)),
-            404 => Err(PostError::SessionGone),
-            200..=299 => Err(PostError::Invalid("content type")),
-            s => Err(PostError::Status(s)),
+            404 => Err(SendError::SessionGone),
+            200..=299 => Err(SendError::Invalid("content type")),
+            s => Err(SendError::Status(s)),
         }
     }
 
@@ -456,12 +390,6 @@ fn plain_result(body: &[u8]) -> Option<(u64, Box<RawValue>)> {
     }
 }
 
-/// A plain result answer as a message, for readers that want the tree.
-pub fn result_message(id: u64, result: &RawValue) -> Value {
-    let result = serde_json::from_str::<Value>(result.get()).unwrap_or(Value::Null);
-    serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result})
-}
-
 /// The data of each event of a complete SSE text, joined across its
 /// `data:` lines; events without data are left out.
 pub fn sse_data(text: &str) -> impl Iterator<Item = String> + '_ {
@@ -473,15 +401,6 @@ pub fn sse_data(text: &str) -> impl Iterator<Item = String> + '_ {
             .collect();
         (!lines.is_empty()).then(|| lines.join("\n"))
     })
-}
-
-/// Why a stream ended without the message the reader waited for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StreamEnd {
-    /// The stream closed and could not be resumed.
-    Closed,
-    Invalid,
-    TooLarge,
 }
 
 const MAX_RESUMES: u32 = 5;
@@ -573,7 +492,7 @@ impl EventStream {
                     self.inner = s.inner;
                     return Ok(());
                 }
-                Err(PostError::NotSent | PostError::Timeout) => continue,
+                Err(SendError::NotSent | SendError::Timeout) => continue,
                 Err(_) => break,
             }
         }
@@ -581,30 +500,58 @@ impl EventStream {
     }
 }
 
-/// A call's POST stream, plus the session's standalone GET stream when the call
-/// has the session to itself (a legacy server may ask `roots/list` there).
-pub struct Streams {
-    pub post: Box<EventStream>,
-    pub get: Option<Box<EventStream>>,
+impl Messages for EventStream {
+    fn next(&mut self) -> Pending<'_, Result<Value, StreamEnd>> {
+        Box::pin(EventStream::next(self))
+    }
+
+    fn resume_point(&self) -> Option<&str> {
+        self.last_event_id()
+    }
 }
 
-impl Streams {
-    /// The next message from either stream; the end of the GET stream only
-    /// stops reading it.
-    pub async fn next(&mut self) -> Result<Value, StreamEnd> {
-        loop {
-            let Some(get) = self.get.as_mut() else {
-                return self.post.next().await;
-            };
-            tokio::select! {
-                biased;
-                msg = self.post.next() => return msg,
-                msg = get.next() => match msg {
-                    Ok(v) => return Ok(v),
-                    Err(_) => self.get = None,
-                },
-            }
-        }
+/// Legacy sessions over Streamable HTTP: a message is a POST, the session's
+/// own messages its GET stream, its end a DELETE. Any replica can speak on
+/// a session by its id.
+impl Channel for Transport {
+    fn send<'a>(&'a self, session: &'a SessionWire, message: &'a [u8]) -> Pending<'a, Result<Sent, SendError>> {
+        Box::pin(self.post(session, message))
+    }
+
+    fn messages<'a>(
+        &'a self,
+        session: &'a SessionWire,
+        resume: Option<&'a str>,
+    ) -> Pending<'a, Result<Box<dyn Messages>, SendError>> {
+        Box::pin(async move { Ok(Box::new(self.get_stream(session, resume).await?) as Box<dyn Messages>) })
+    }
+
+    fn close<'a>(&'a self, session: &'a SessionWire) -> Pending<'a, ()> {
+        Box::pin(self.delete(session))
+    }
+
+    fn distrust(&self) {
+        Transport::distrust(self)
+    }
+
+    fn instance(&self) -> &str {
+        Transport::instance(self)
+    }
+
+    fn identity(&self) -> *const () {
+        Arc::as_ptr(&self.0).cast()
+    }
+
+    fn handle(&self) -> Arc<dyn Channel> {
+        Arc::new(self.clone())
+    }
+
+    fn health(&self) -> &Health {
+        Transport::health(self)
+    }
+
+    fn upstream(&self) -> &Upstream {
+        Transport::upstream(self)
     }
 }
 

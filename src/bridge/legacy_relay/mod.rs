@@ -35,7 +35,7 @@ use crate::metrics::OpenedLabels;
 use crate::reply::{self, Body};
 use crate::sealed::Purpose;
 use crate::upstream::answers::{judge, Verdict};
-use crate::upstream::{h1, PostError, SessionWire, Transport, ACCEPT_BOTH};
+use crate::upstream::{h1, SendError, SessionWire, Transport, ACCEPT_BOTH};
 
 /// The longest upstream session id sealed into a token (a token must stay
 /// under the length [`token::open`] accepts).
@@ -388,7 +388,7 @@ impl Bridge {
         // The route's rules hide denied items from the lists relayed.
         let filter = caller.access.clone();
         let resp = match self.post_upstream(upstream, &wire, caller).await {
-            Err(PostError::NotSent) => return Err(self.instance_gone(target)),
+            Err(SendError::NotSent) => return Err(self.instance_gone(target)),
             other => other.map_err(|e| map_error(e, true))?,
         };
         drop(body_share);
@@ -428,7 +428,7 @@ impl Bridge {
         caller: &Caller,
     ) -> Result<(h1::Response, &'t Transport), Error> {
         let work = |upstream| self.post_upstream(upstream, wire, caller);
-        let (resp, upstream) = target.on_instance(work, |e| *e == PostError::NotSent).await;
+        let (resp, upstream) = target.on_instance(work, |e| *e == SendError::NotSent).await;
         Ok((resp.map_err(|e| map_error(e, true))?, upstream))
     }
 
@@ -440,7 +440,7 @@ impl Bridge {
         upstream: &Transport,
         wire: &SessionWire,
         caller: &Caller,
-    ) -> Result<h1::Response, PostError> {
+    ) -> Result<h1::Response, SendError> {
         upstream.once_more(|| self.post_once(upstream, wire, caller)).await
     }
 
@@ -449,7 +449,7 @@ impl Bridge {
         upstream: &Transport,
         wire: &SessionWire,
         caller: &Caller,
-    ) -> Result<h1::Response, PostError> {
+    ) -> Result<h1::Response, SendError> {
         let accept = caller.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or(ACCEPT_BOTH);
         let extra = [("accept", accept), ("content-type", "application/json")];
         upstream.send("POST", wire, &extra, &caller.body).await
@@ -468,7 +468,7 @@ impl Bridge {
         body: &[u8],
     ) -> Result<h1::Response, Error> {
         match upstream.send_again(method, wire, extra, body).await {
-            Err(PostError::NotSent) => Err(self.instance_gone(target)),
+            Err(SendError::NotSent) => Err(self.instance_gone(target)),
             other => other.map_err(|e| map_error(e, method != "GET")),
         }
     }
@@ -552,8 +552,8 @@ fn client_version(headers: &HeaderMap) -> Option<String> {
     headers.get(&PROTOCOL_VERSION).and_then(|v| v.to_str().ok()).map(str::to_string)
 }
 
-fn map_error(e: PostError, sent: bool) -> Error {
-    crate::upstream::map_post_error(e, sent)
+fn map_error(e: SendError, sent: bool) -> Error {
+    crate::upstream::map_send_error(e, sent)
 }
 
 /// Whether `data` is a JSON-RPC response (a result or an error).

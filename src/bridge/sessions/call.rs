@@ -14,7 +14,7 @@ use crate::error::Error;
 use crate::front::{Call, LogLevel};
 use crate::metrics::{MethodLabels, Metrics};
 use crate::reply::Reply;
-use crate::upstream::transport::{EventStream, PostError, Reply as UpReply, SessionWire, StreamEnd, Streams};
+use crate::upstream::channel::{self, Answer, Channel, Messages, SendError, Sent, SessionWire, StreamEnd};
 
 /// How a forwarded call ended.
 pub enum Done {
@@ -117,22 +117,49 @@ impl Serialize for UpstreamMeta<'_> {
     }
 }
 
+/// A call's stream of messages, plus the session's own when the call has
+/// the session to itself (a legacy server may ask `roots/list` there).
+pub struct Streams {
+    pub post: Box<dyn Messages>,
+    pub get: Option<Box<dyn Messages>>,
+}
+
+impl Streams {
+    /// The next message from either stream; the end of the session's own
+    /// only stops reading it.
+    pub async fn next(&mut self) -> Result<Value, StreamEnd> {
+        loop {
+            let Some(get) = self.get.as_mut() else {
+                return self.post.next().await;
+            };
+            tokio::select! {
+                biased;
+                msg = self.post.next() => return msg,
+                msg = get.next() => match msg {
+                    Ok(v) => return Ok(v),
+                    Err(_) => self.get = None,
+                },
+            }
+        }
+    }
+}
+
 /// Sends the call upstream, minding the client meanwhile: keep-alives if the
 /// upstream is slow to start answering, and a cancellation upstream if the
 /// client leaves or the upstream times out after the call went out.
-/// `Err`: the call is over (cancelled); `Ok`: the transport's outcome.
+/// `Err`: the call is over (cancelled); `Ok`: what the channel brought back.
 pub async fn post_call(
     flight: &InFlight<'_>,
     request: &UpstreamRequest<'_>,
     reply: &mut Reply,
-) -> Result<Result<(UpReply, Option<String>), PostError>, Done> {
-    let post = flight.session.transport.post(flight.wire, request);
+) -> Result<Result<Sent, SendError>, Done> {
+    let post = channel::post(&*flight.session.channel, flight.wire, request);
     tokio::pin!(post);
     let mut keepalive = tokio::time::interval_at(Instant::now() + flight.keepalive, flight.keepalive);
     loop {
         tokio::select! {
             posted = &mut post => {
-                if matches!(posted, Err(PostError::Timeout | PostError::Broken)) {
+                if matches!(posted, Err(SendError::Timeout | SendError::Broken)) {
                     cancel(flight, "gateway gave up waiting for the answer");
                 }
                 return Ok(posted);
@@ -151,29 +178,29 @@ pub async fn post_call(
 /// for. The stream comes back with [`Done::Input`], to be parked.
 pub async fn read_answer(
     flight: &InFlight<'_>,
-    answer: UpReply,
-    get: Option<Box<EventStream>>,
+    answer: Answer,
+    get: Option<Box<dyn Messages>>,
     reply: &mut Reply,
 ) -> (Done, Option<Streams>) {
     let msg = match answer {
-        UpReply::Result { id, result } if id == flight.upstream_id => return (Done::Raw(result), None),
-        UpReply::Result { .. } => return (foreign(&flight.session.transport), None),
-        UpReply::Json(msg) => msg,
-        UpReply::Accepted => return (Done::Failed(Error::UpstreamInvalid("202 to a request")), None),
-        UpReply::Stream(post) => {
+        Answer::Result { id, result } if id == flight.upstream_id => return (Done::Raw(result), None),
+        Answer::Result { .. } => return (foreign(&*flight.session.channel), None),
+        Answer::Json(msg) => msg,
+        Answer::Accepted => return (Done::Failed(Error::UpstreamInvalid("202 to a request")), None),
+        Answer::Stream(post) => {
             let mut streams = Streams { post, get };
             let done = Box::pin(read_stream(flight, &mut streams, reply)).await;
             return (done, Some(streams));
         }
     };
-    let done = json_answer(msg, flight.upstream_id).unwrap_or_else(|| foreign(&flight.session.transport));
+    let done = json_answer(msg, flight.upstream_id).unwrap_or_else(|| foreign(&*flight.session.channel));
     (done, None)
 }
 
 /// A whole answer that holds no response to the request sent: never
 /// delivered, and the connection that carried it is not used again.
-fn foreign(transport: &crate::upstream::Transport) -> Done {
-    transport.distrust();
+fn foreign(channel: &dyn Channel) -> Done {
+    channel.distrust();
     Done::Failed(Error::UpstreamInvalid("an answer to another request"))
 }
 
@@ -421,7 +448,7 @@ async fn answer_server_request(flight: &InFlight<'_>, msg: &Value) {
 /// Posts the gateway's answer to an upstream request; returns its method.
 pub async fn respond_upstream<'m>(session: &Session, wire: &SessionWire, msg: &'m Value) -> &'m str {
     let method = msg.get("method").and_then(Value::as_str).unwrap_or("");
-    let _ = session.transport.post(wire, &super::mrtr::decline(msg)).await;
+    let _ = channel::post(&*session.channel, wire, &super::mrtr::decline(msg)).await;
     method
 }
 
@@ -436,19 +463,15 @@ pub async fn simple_request(
     let id = session.mint_id();
     let request = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
     let exchange = async {
-        let (answer, _) = session
-            .transport
-            .post(&session.wire, &request)
+        let sent = channel::post(&*session.channel, &session.wire, &request)
             .await
-            .map_err(|e| super::map_post_error(e, true))?;
-        let done = match answer {
-            UpReply::Json(msg) => Some(json_answer(msg, id).unwrap_or_else(|| foreign(&session.transport))),
-            UpReply::Result { id: got, result } if got == id => {
-                json_answer(crate::upstream::transport::result_message(got, &result), id)
-            }
-            UpReply::Result { .. } => Some(foreign(&session.transport)),
-            UpReply::Accepted => None,
-            UpReply::Stream(mut stream) => loop {
+            .map_err(|e| super::map_send_error(e, true))?;
+        let done = match sent.answer {
+            Answer::Json(msg) => Some(json_answer(msg, id).unwrap_or_else(|| foreign(&*session.channel))),
+            Answer::Result { id: got, result } if got == id => json_answer(channel::result_message(got, &result), id),
+            Answer::Result { .. } => Some(foreign(&*session.channel)),
+            Answer::Accepted => None,
+            Answer::Stream(mut stream) => loop {
                 let msg = stream.next().await.map_err(|_| Error::OutcomeUnknown)?;
                 if msg.get("method").is_some() {
                     if msg.get("id").is_some() {
@@ -475,9 +498,9 @@ pub async fn simple_request(
 pub fn cancel(flight: &InFlight<'_>, reason: &str) -> Done {
     let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
         "params": {"requestId": flight.upstream_id, "reason": reason}});
-    let (transport, wire) = (flight.session.transport.clone(), flight.wire.clone());
+    let (link, wire) = (flight.session.channel.clone(), flight.wire.clone());
     tokio::spawn(crate::observe::with_hop(async move {
-        let _ = transport.post(&wire, &note).await;
+        let _ = channel::post(&*link, &wire, &note).await;
     }));
     flight.metrics.upstream_cancellations.get_or_create(&Metrics::route(&flight.session.key.route)).inc();
     Done::Cancelled

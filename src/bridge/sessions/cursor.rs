@@ -13,7 +13,7 @@ use crate::error::Error;
 use crate::front::Call;
 use crate::seal::Sealer;
 use crate::sealed::{self, Bindings, Claims, Purpose, Rejected, Sealed};
-use crate::upstream::transport::SessionWire;
+use crate::upstream::SessionWire;
 
 /// The sealed payload. Format 1 carried no route, principal or method (its
 /// associated data bound them).

@@ -23,7 +23,8 @@ use crate::metrics::{MethodLabels, Metrics, QuotaLabels};
 use crate::park;
 use crate::reply::Reply;
 use crate::sealed::Purpose;
-use crate::upstream::transport::{PostError, SessionWire, Streams};
+use super::call::Streams;
+use crate::upstream::channel::{self, SendError, SessionWire};
 
 /// Longest time an abandoned flow's upstream stream is read after its
 /// questions were declined, so the upstream can finish its call cleanly.
@@ -71,17 +72,17 @@ impl ParkedFlow {
     /// one not sent is sent once more while the instance is up. The error:
     /// `NotSent` when the instance could not be reached before any answer
     /// reached it (after one did, the call's outcome is unknown: `Broken`).
-    async fn deliver(&mut self, answers: BTreeMap<String, Value>) -> Result<(), PostError> {
-        let transport = &self.session.transport;
+    async fn deliver(&mut self, answers: BTreeMap<String, Value>) -> Result<(), SendError> {
+        let link = &*self.session.channel;
         let mut delivered = false;
         for (key, result) in answers {
             let Some(question) = self.pending.remove(&key) else { continue };
             let response = json!({"jsonrpc": "2.0", "id": question.upstream_id, "result": result});
-            match transport.once_more(|| transport.post(&self.wire, &response)).await {
+            match channel::once_more(link.health(), || channel::post(link, &self.wire, &response)).await {
                 Ok(_) => delivered = true,
                 Err(e) => {
                     crate::log_limited!(tracing::Level::WARN, ?e, "could not deliver an answer upstream");
-                    return Err(if delivered { PostError::Broken } else { e });
+                    return Err(if delivered { SendError::Broken } else { e });
                 }
             }
         }
@@ -92,7 +93,7 @@ impl ParkedFlow {
     async fn decline_pending(&mut self, metrics: &Metrics) {
         for question in std::mem::take(&mut self.pending).into_values() {
             let msg = json!({"id": question.upstream_id, "method": question.method});
-            let _ = self.session.transport.post(&self.wire, &mrtr::decline(&msg)).await;
+            let _ = channel::post(&*self.session.channel, &self.wire, &mrtr::decline(&msg)).await;
             metrics
                 .upstream_requests_declined
                 .get_or_create(&MethodLabels {
@@ -130,9 +131,9 @@ impl Bridge {
     /// An answer that could not be delivered upstream: the instance holding
     /// the call is gone (nothing was sent; the client starts again), or the
     /// answer may have reached it (never sent twice).
-    fn undelivered(&self, cx: Ctx<'_>, e: PostError) -> Error {
+    fn undelivered(&self, cx: Ctx<'_>, e: SendError) -> Error {
         match e {
-            PostError::NotSent => self.rejected(cx, Rejected::InstanceGone),
+            SendError::NotSent => self.rejected(cx, Rejected::InstanceGone),
             _ => Error::OutcomeUnknown,
         }
     }
@@ -295,7 +296,7 @@ impl Bridge {
             return Err(self.rejected(cx, Rejected::FlowLost));
         }
         // The session lives on the instance that opened it.
-        let Some(transport) = cx.target.instance(&st.instance) else {
+        let Some(link) = cx.target.channel(&st.instance) else {
             return Err(self.rejected(cx, Rejected::FlowLost));
         };
         let wire = SessionWire { id: st.session_id.clone(), version: st.session_version.clone() };
@@ -306,24 +307,24 @@ impl Bridge {
         // has the answers when the client is told to start again.
         for (key, result) in &answers {
             let response = json!({"jsonrpc": "2.0", "id": st.questions[key], "result": result});
-            if transport.post(&wire, &response).await.is_err() {
+            if channel::post(link, &wire, &response).await.is_err() {
                 return Err(self.rejected(cx, Rejected::FlowLost));
             }
         }
-        let Ok(post) = transport.get_stream(&wire, Some(last_event)).await else {
+        let Ok(post) = link.messages(&wire, Some(last_event)).await else {
             return Err(self.rejected(cx, Rejected::FlowLost));
         };
         let capabilities = super::session::CapabilitiesText::of(&cx.call.meta.capabilities);
-        let key = Self::key(cx.route, cx.call, cx.caller, transport, &capabilities);
-        let init = match self.pool.acquire(transport, key).await {
+        let key = Self::key(cx.route, cx.call, cx.caller, link, &capabilities);
+        let init = match self.pool.acquire(link, key).await {
             Ok(s) => s.init.clone(),
             Err(_) => Arc::new(json!({})),
         };
-        let session = Arc::new(Session::adopt(transport, key.to_owned(), wire.clone(), init));
+        let session = Arc::new(Session::adopt(link, key.to_owned(), wire.clone(), init));
         let mut flow = ParkedFlow {
             session,
             wire,
-            stream: Streams { post: Box::new(post), get: None },
+            stream: Streams { post, get: None },
             _exclusive: None,
             upstream_id,
             progress_token: cx.call.meta.progress_token.as_ref().map(|_| json!(format!("sl-{upstream_id}"))),
@@ -463,13 +464,13 @@ impl Bridge {
         let now = state::now_ms();
         FlowState {
             route: cx.route.id.clone(),
-            instance: flow.session.transport.instance().to_string(),
+            instance: flow.session.channel.instance().to_string(),
             session_id: flow.wire.id.clone(),
             session_version: flow.wire.version.clone(),
             owner: self.services.instance.clone(),
             owner_address: self.services.cluster.as_ref().map(|c| c.advertise().to_string()),
             upstream_id: Some(flow.upstream_id),
-            last_event_id: flow.stream.post.last_event_id().map(str::to_string),
+            last_event_id: flow.stream.post.resume_point().map(str::to_string),
             flow: id,
             questions: flow.pending.iter().map(|(k, q)| (k.clone(), q.upstream_id.clone())).collect(),
             principal: cx.caller.principal.clone(),

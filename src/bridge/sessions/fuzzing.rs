@@ -14,7 +14,7 @@ use crate::config::{Config, Route, SealKey};
 use crate::front::{Call, Message};
 use crate::seal::Sealer;
 use crate::upstream::h1;
-use crate::upstream::transport::SessionWire;
+use crate::upstream::SessionWire;
 
 /// A response as the h1 client read it, body and all.
 pub struct H1Response {

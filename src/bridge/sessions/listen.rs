@@ -20,7 +20,7 @@ use crate::front::Call;
 use crate::front::SUPPORTED_VERSIONS;
 use crate::metrics::Metrics;
 use crate::reply::{Body, Reply};
-use crate::upstream::transport::EventStream;
+use crate::upstream::channel::Messages;
 use http::Response;
 
 const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
@@ -174,7 +174,7 @@ impl Bridge {
         session: &Session,
         filter: Filter,
         reply: &mut Reply,
-    ) -> Option<(Filter, Option<EventStream>)> {
+    ) -> Option<(Filter, Option<Box<dyn Messages>>)> {
         let filter = filter.honoured(&session.init);
         let timeout = route.upstream.response_timeout;
         for uri in &filter.uris {
@@ -183,7 +183,7 @@ impl Bridge {
                 crate::log_limited!(tracing::Level::WARN, error = %e, "resources/subscribe failed upstream");
             }
         }
-        let stream = match session.transport.get_stream(&session.wire, None).await {
+        let stream = match session.channel.messages(&session.wire, None).await {
             Ok(s) => Some(s),
             Err(e) => {
                 crate::log_limited!(
@@ -207,7 +207,7 @@ impl Bridge {
         id: &Value,
         session: &Session,
         filter: &Filter,
-        mut stream: Option<EventStream>,
+        mut stream: Option<Box<dyn Messages>>,
         reply: &mut Reply,
     ) -> Ended {
         let mut keepalive =
@@ -253,7 +253,7 @@ impl Bridge {
         let route = &*target.route;
         let open =
             |t| self.pool.open_exclusive(t, Self::key(route, call, caller, t, &capabilities).to_owned());
-        target.on_instance(open, |e| matches!(e, Error::UpstreamUnreachable)).await.0
+        target.on_channel(open, |e| matches!(e, Error::UpstreamUnreachable)).await.0
     }
 
     /// The list changes a session of its own hears, for a client half that
@@ -274,7 +274,7 @@ impl Bridge {
         let filter = Filter::parse(&call.params)?;
         let session = self.session_of_its_own(target, call, caller).await?;
         let filter = filter.honoured(&session.init);
-        let stream = match session.transport.get_stream(&session.wire, None).await {
+        let stream = match session.channel.messages(&session.wire, None).await {
             Ok(stream) if filter.tools || filter.prompts || filter.resources => stream,
             // Nothing the upstream would announce, or no stream to hear it on.
             _ => {
@@ -307,7 +307,7 @@ async fn relay_changes(
     session: &Session,
     filter: &Filter,
     rewrite: &Rewrite,
-    stream: &mut EventStream,
+    stream: &mut Box<dyn Messages>,
     reply: &mut Reply,
 ) {
     let mut keepalive = tokio::time::interval_at(Instant::now() + services.keepalive, services.keepalive);

@@ -28,7 +28,7 @@ use crate::front::{Call, Method, SUPPORTED_VERSIONS};
 use crate::metrics::Metrics;
 use crate::park::ParkingLot;
 use crate::reply::Reply;
-use crate::upstream::transport::{PostError, SessionWire, Transport};
+use crate::upstream::{Channel, SendError, SessionWire};
 use call::{Done, InFlight};
 use flow::Resumed;
 use mrtr::ParkedFlow;
@@ -63,7 +63,7 @@ pub struct Bridge {
     resuming: std::sync::atomic::AtomicUsize,
 }
 
-pub(crate) use crate::upstream::map_post_error;
+pub(crate) use crate::upstream::map_send_error;
 
 impl Bridge {
     pub fn new(config: &Config, services: Arc<Services>) -> Bridge {
@@ -99,7 +99,7 @@ impl Bridge {
         route: &'k Route,
         call: &'k Call,
         caller: &'k Caller,
-        instance: &'k Transport,
+        instance: &'k dyn Channel,
         capabilities: &'k CapabilitiesText,
     ) -> KeyRef<'k> {
         KeyRef {
@@ -168,13 +168,13 @@ impl Bridge {
     /// The session a call runs on: the pooled one, or, for a call that
     /// declares `roots`, one of its own (a legacy server may ask `roots/list`
     /// on the session's GET stream, where only a lone call makes it attributable).
-    async fn session_for(&self, transport: &Transport, key: KeyRef<'_>, call: &Call) -> SessionFor {
+    async fn session_for(&self, channel: &dyn Channel, key: KeyRef<'_>, call: &Call) -> SessionFor {
         if call.method.allows_input() && call.meta.declares("roots") {
-            let session = Box::pin(self.pool.open_exclusive(transport, key.to_owned())).await?;
+            let session = Box::pin(self.pool.open_exclusive(channel, key.to_owned())).await?;
             let guard = Exclusive::new(self.pool.clone(), session.clone());
             return Ok((session, Some(guard)));
         }
-        Ok((self.pool.acquire(transport, key).await?, None))
+        Ok((self.pool.acquire(channel, key).await?, None))
     }
 
     /// A call's session (as [`Self::session_for`]) on the next instance that
@@ -184,12 +184,12 @@ impl Bridge {
         target: &'t Target,
         call: &Call,
         caller: &Caller,
-    ) -> (SessionFor, &'t Transport) {
-        let open = |t: &'t Transport| async move {
+    ) -> (SessionFor, &'t dyn Channel) {
+        let open = |t: &'t dyn Channel| async move {
             let capabilities = CapabilitiesText::of(&call.meta.capabilities);
             self.session_for(t, Self::key(&target.route, call, caller, t, &capabilities), call).await
         };
-        target.on_instance(open, |e| matches!(e, Error::UpstreamUnreachable)).await
+        target.on_channel(open, |e| matches!(e, Error::UpstreamUnreachable)).await
     }
 
     async fn try_forward(
@@ -219,18 +219,18 @@ impl Bridge {
         let book = book.unwrap_or_default();
         let pinned = cursor::open(&self.services.sealer, route, call, caller)?;
         // The next page goes to the instance holding the cursor's session.
-        let (mut transport, mut session, mut exclusive) = match &pinned {
+        let (mut channel, mut session, mut exclusive) = match &pinned {
             Some(p) => {
-                let transport = target.instance(&p.instance).ok_or_else(cursor::expired)?;
+                let channel = target.channel(&p.instance).ok_or_else(cursor::expired)?;
                 let capabilities = CapabilitiesText::of(&call.meta.capabilities);
-                let key = Self::key(route, call, caller, transport, &capabilities);
-                let (session, exclusive) = self.session_for(transport, key, call).await?;
-                (transport, session, exclusive)
+                let key = Self::key(route, call, caller, channel, &capabilities);
+                let (session, exclusive) = self.session_for(channel, key, call).await?;
+                (channel, session, exclusive)
             }
             None => {
-                let (opened, transport) = self.session_anywhere(target, call, caller).await;
+                let (opened, channel) = self.session_anywhere(target, call, caller).await;
                 let (session, exclusive) = opened?;
-                (transport, session, exclusive)
+                (channel, session, exclusive)
             }
         };
         // A new run of a tool: a 2026 client mirrors its annotated
@@ -244,7 +244,7 @@ impl Bridge {
         loop {
             let wire = pinned.as_ref().map_or_else(|| session.wire.clone(), |p| p.wire.clone());
             let get = match exclusive {
-                Some(_) => Box::pin(transport.get_stream(&wire, None)).await.ok().map(Box::new),
+                Some(_) => Box::pin(channel.messages(&wire, None)).await.ok(),
                 None => None,
             };
             let upstream_id = session.mint_id();
@@ -270,8 +270,8 @@ impl Bridge {
                 Err(done) => return Ok(done),
             };
             match posted {
-                Ok((answer, _)) => {
-                    let (questions, stream) = match call::read_answer(&flight, answer, get, reply).await {
+                Ok(sent) => {
+                    let (questions, stream) = match call::read_answer(&flight, sent.answer, get, reply).await {
                         (Done::Input(questions), Some(stream)) => (questions, stream),
                         (done, _) => return Ok(self.shape(cx, &session, &wire, done)),
                     };
@@ -293,10 +293,10 @@ impl Bridge {
                     }
                     return Ok(Box::pin(self.conclude(cx, None, flow, done, reply)).await);
                 }
-                Err(PostError::SessionGone) if pinned.is_some() => {
+                Err(SendError::SessionGone) if pinned.is_some() => {
                     return Err(cursor::expired());
                 }
-                Err(PostError::SessionGone) if !retried => {
+                Err(SendError::SessionGone) if !retried => {
                     if exclusive.is_none() {
                         self.pool.invalidate(&session);
                     }
@@ -305,22 +305,22 @@ impl Bridge {
                         .sessions_reinitialized
                         .get_or_create(&Metrics::route(&route.id))
                         .inc();
-                    (session, exclusive) = self.session_for(transport, session.key.as_ref(), call).await?;
+                    (session, exclusive) = self.session_for(channel, session.key.as_ref(), call).await?;
                 }
                 // Not sent: once more, on another instance if this one
                 // could not be reached (a cursor's page has no other).
-                Err(PostError::NotSent) if pinned.is_some() && !transport.health().is_up() => {
+                Err(SendError::NotSent) if pinned.is_some() && !channel.health().is_up() => {
                     return Err(cursor::expired());
                 }
-                Err(PostError::NotSent) if !retried => {
-                    if !transport.health().is_up() {
+                Err(SendError::NotSent) if !retried => {
+                    if !channel.health().is_up() {
                         drop(exclusive.take());
                         let (opened, next) = self.session_anywhere(target, call, caller).await;
                         (session, exclusive) = opened?;
-                        transport = next;
+                        channel = next;
                     }
                 }
-                Err(e) => return Err(map_post_error(e, true)),
+                Err(e) => return Err(map_send_error(e, true)),
             }
             retried = true;
         }
@@ -352,7 +352,7 @@ impl Bridge {
             other => return other,
         };
         if let Some(Value::String(next)) = result.get("nextCursor") {
-            let instance = session.transport.instance();
+            let instance = session.channel.instance();
             let Ok(sealed) =
                 cursor::seal(&self.services.sealer, cx.route, cx.call, cx.caller, instance, wire, next)
             else {

@@ -11,7 +11,8 @@ use serde_json::{json, Map, Value};
 use super::pool::Exclusive;
 use super::session::Session;
 use crate::error::Error;
-use crate::upstream::transport::{SessionWire, Streams};
+use super::call::Streams;
+use crate::upstream::SessionWire;
 
 /// The methods an upstream may ask during a call that MRTR can carry.
 pub fn is_question(method: &str) -> bool {

@@ -12,7 +12,7 @@ use tokio::sync::OnceCell;
 use super::session::{InitError, KeyRef, PoolKey, Session};
 use crate::error::Error;
 use crate::metrics::{Metrics, QuotaLabels, ReasonLabels};
-use crate::upstream::transport::Transport;
+use crate::upstream::Channel;
 
 type HashMap<K, V> = hashbrown::HashMap<K, V>;
 
@@ -46,10 +46,10 @@ impl Pool {
     }
 
     /// The pooled session for `key`, opened on first use.
-    pub async fn acquire(&self, transport: &Transport, key: KeyRef<'_>) -> Result<Arc<Session>, Error> {
+    pub async fn acquire(&self, channel: &dyn Channel, key: KeyRef<'_>) -> Result<Arc<Session>, Error> {
         loop {
             let slot = self.slot(key)?;
-            let open = || Box::pin(self.open(transport, key.to_owned()));
+            let open = || Box::pin(self.open(channel, key.to_owned()));
             let session = match slot.cell.get_or_try_init(open).await {
                 Ok(s) => s.clone(),
                 Err(e) => {
@@ -57,10 +57,10 @@ impl Pool {
                     return Err(e);
                 }
             };
-            // Opened through a transport a reload has since replaced (its
+            // Opened through a channel a reload has since replaced (its
             // upstream's settings or header values changed): new calls get a
             // new session; calls still on the old one finish on it.
-            if !session.transport.same(transport) {
+            if !session.channel.same(channel) {
                 self.forget_replaced(&session);
                 continue;
             }
@@ -97,19 +97,19 @@ impl Pool {
 
     /// A session of its own (not pooled), for a listen stream or a call that
     /// must not share its session. The caller closes it with [`Pool::close`].
-    pub async fn open_exclusive(&self, transport: &Transport, key: PoolKey) -> Result<Arc<Session>, Error> {
-        self.open(transport, key).await
+    pub async fn open_exclusive(&self, channel: &dyn Channel, key: PoolKey) -> Result<Arc<Session>, Error> {
+        self.open(channel, key).await
     }
 
-    async fn open(&self, transport: &Transport, key: PoolKey) -> Result<Arc<Session>, Error> {
+    async fn open(&self, channel: &dyn Channel, key: PoolKey) -> Result<Arc<Session>, Error> {
         let route = key.route.clone();
-        match Session::open(transport, key, self.now_ms()).await {
+        match Session::open(channel, key, self.now_ms()).await {
             Ok(s) => {
                 self.metrics.sessions_initialized.get_or_create(&Metrics::route(&route)).inc();
                 self.metrics.sessions_open.get_or_create(&Metrics::route(&route)).inc();
                 Ok(Arc::new(s))
             }
-            Err(InitError::Post(e)) => Err(super::map_post_error(e, false)),
+            Err(InitError::Post(e)) => Err(super::map_send_error(e, false)),
             Err(InitError::Refused(why)) => Err(Error::UpstreamInvalid(why)),
         }
     }
@@ -226,7 +226,7 @@ fn lru_idle(slots: &HashMap<PoolKey, Arc<Slot>>, which: impl Fn(&PoolKey) -> boo
 }
 
 async fn close(metrics: &Metrics, session: &Session, reason: &'static str) {
-    session.transport.delete(&session.wire).await;
+    session.channel.close(&session.wire).await;
     let route = Metrics::route(&session.key.route);
     metrics.sessions_open.get_or_create(&route).dec();
     metrics.sessions_closed.get_or_create(&ReasonLabels { route: session.key.route.clone(), reason }).inc();
@@ -258,6 +258,7 @@ impl Drop for Exclusive {
 mod tests {
     use super::*;
     use crate::config::Config;
+    use crate::upstream::Transport;
 
     #[tokio::test]
     async fn an_unreachable_upstream_leaves_no_empty_slot_behind() {

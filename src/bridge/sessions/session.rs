@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 
 use crate::config::LEGACY_VERSIONS;
-use crate::upstream::transport::{PostError, Reply, SessionWire, Transport};
+use crate::upstream::channel::{self, Answer, Channel, SendError, SessionWire};
 
 /// What a session was opened with: legacy capabilities are fixed per session,
 /// so a modern request's declared capabilities pick its session.
@@ -68,7 +68,8 @@ impl hashbrown::Equivalent<PoolKey> for KeyRef<'_> {
 
 pub struct Session {
     pub key: PoolKey,
-    pub transport: Transport,
+    /// What carries the session's messages.
+    pub channel: Arc<dyn Channel>,
     pub wire: SessionWire,
     /// The upstream's `InitializeResult`.
     pub init: Arc<Value>,
@@ -87,7 +88,7 @@ impl std::fmt::Debug for Session {
 /// Why a session could not be opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum InitError {
-    Post(PostError),
+    Post(SendError),
     /// The upstream answered `initialize` with a JSON-RPC error or nonsense.
     Refused(&'static str),
 }
@@ -101,10 +102,10 @@ impl Session {
 
     /// A session opened by someone else (another replica), known from a sealed
     /// `requestState`: used to deliver answers and resume its stream.
-    pub fn adopt(transport: &Transport, key: PoolKey, wire: SessionWire, init: Arc<Value>) -> Session {
+    pub fn adopt(channel: &dyn Channel, key: PoolKey, wire: SessionWire, init: Arc<Value>) -> Session {
         Session {
             key,
-            transport: transport.clone(),
+            channel: channel.handle(),
             wire,
             server_info: server_info(&init),
             init,
@@ -113,34 +114,34 @@ impl Session {
     }
 
     /// Runs the legacy handshake: `initialize`, then `notifications/initialized`.
-    pub async fn open(transport: &Transport, key: PoolKey, now_ms: u64) -> Result<Session, InitError> {
+    pub async fn open(channel: &dyn Channel, key: PoolKey, now_ms: u64) -> Result<Session, InitError> {
         let capabilities: Value = serde_json::from_str(&key.capabilities).unwrap_or_else(|_| json!({}));
         let request = json!({
             "jsonrpc": "2.0",
             "id": 0,
             "method": "initialize",
             "params": {
-                "protocolVersion": transport.upstream().protocol_version,
+                "protocolVersion": channel.upstream().protocol_version,
                 "capabilities": capabilities,
                 "clientInfo": {"name": "sessionless", "version": env!("CARGO_PKG_VERSION")},
             }
         });
-        let (reply, session_id) =
-            transport.post(&SessionWire::default(), &request).await.map_err(InitError::Post)?;
-        let response = match reply {
-            Reply::Json(v) => v,
-            Reply::Result { id, result } => crate::upstream::transport::result_message(id, &result),
-            Reply::Stream(mut s) => loop {
+        let sent = channel::post(channel, &SessionWire::default(), &request).await.map_err(InitError::Post)?;
+        let session_id = sent.session;
+        let response = match sent.answer {
+            Answer::Json(v) => v,
+            Answer::Result { id, result } => channel::result_message(id, &result),
+            Answer::Stream(mut s) => loop {
                 match s.next().await {
                     Ok(v) if v.get("id") == Some(&json!(0)) => break v,
                     Ok(_) => continue,
                     Err(_) => return Err(InitError::Refused("stream ended")),
                 }
             },
-            Reply::Accepted => return Err(InitError::Refused("202 to initialize")),
+            Answer::Accepted => return Err(InitError::Refused("202 to initialize")),
         };
         if response.get("result").is_some() && response.get("id") != Some(&json!(0)) {
-            transport.distrust();
+            channel.distrust();
             return Err(InitError::Refused("an answer to another request"));
         }
         let Some(result) = response.get("result").filter(|r| r.is_object()) else {
@@ -154,13 +155,13 @@ impl Session {
             .to_string();
         let wire = SessionWire { id: session_id, version: Some(version) };
         let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-        match transport.post(&wire, &initialized).await {
+        match channel::post(channel, &wire, &initialized).await {
             Ok(_) => {}
             Err(e) => return Err(InitError::Post(e)),
         }
         Ok(Session {
             key,
-            transport: transport.clone(),
+            channel: channel.handle(),
             wire,
             server_info: server_info(result),
             init: Arc::new(result.clone()),

@@ -25,7 +25,7 @@ use crate::front::{Call, Method, MODERN_VERSION};
 use crate::reply::{Body, Reply};
 use crate::upstream::answers::{foreign_message, mint_id};
 use crate::upstream::credentials::without_client_token;
-use crate::upstream::{PostError, Transport, ACCEPT_BOTH};
+use crate::upstream::{SendError, Transport, ACCEPT_BOTH};
 use http::Response;
 
 /// The tool annotations are one per route: the upstream never learns who
@@ -98,13 +98,13 @@ impl Bridge {
         let send = |t: &'t Transport| t.send_headers_again("POST", headers, body);
         let (resp, upstream) = match pinned {
             Some(upstream) => (send(upstream).await, upstream),
-            None => target.on_instance(send, |e| *e == PostError::NotSent).await,
+            None => target.on_instance(send, |e| *e == SendError::NotSent).await,
         };
         let resp = match resp {
-            Err(PostError::NotSent) if pinned.is_some() => {
+            Err(SendError::NotSent) if pinned.is_some() => {
                 return Err(self.rejected(target, Rejected::InstanceGone).into())
             }
-            other => other.map_err(|e| Outcome::from(crate::upstream::map_post_error(e, true)))?,
+            other => other.map_err(|e| Outcome::from(crate::upstream::map_send_error(e, true)))?,
         };
         let deadline = tokio::time::Instant::now() + target.route.upstream.call_timeout;
         let mut msg = read_message(upstream, resp, &sent, Some(notes), deadline).await?;
@@ -209,8 +209,8 @@ impl Bridge {
         let headers = call_headers("subscriptions/listen", None, &[]);
         let (headers, body) = (&headers, &body);
         let send = |t: &'t Transport| t.send_headers_again("POST", headers, body);
-        let (resp, upstream) = target.on_instance(send, |e| *e == PostError::NotSent).await;
-        let resp = resp.map_err(|e| crate::upstream::map_post_error(e, false))?;
+        let (resp, upstream) = target.on_instance(send, |e| *e == SendError::NotSent).await;
+        let resp = resp.map_err(|e| crate::upstream::map_send_error(e, false))?;
         if !(resp.is_sse() && (200..300).contains(&resp.status)) {
             let _ = upstream.read_body(resp.body).await;
             return Err(Error::UpstreamInvalid("subscriptions/listen did not stream"));
@@ -306,7 +306,7 @@ async fn read_message(
     };
     let body = match read {
         Err(_) => return Err(Error::UpstreamTimeout.into()),
-        Ok(r) => r.map_err(|e| Outcome::from(crate::upstream::map_post_error(e, true)))?,
+        Ok(r) => r.map_err(|e| Outcome::from(crate::upstream::map_send_error(e, true)))?,
     };
     if crate::upstream::event_limit::too_many_values(&body, upstream.max_response()) {
         return Err(Error::UpstreamTooLarge.into());

@@ -30,7 +30,7 @@ use crate::front::{Call, SUPPORTED_VERSIONS};
 use crate::reply::{self, Body};
 use crate::seal::Sealer;
 use crate::upstream::answers::{judge, Verdict};
-use crate::upstream::{h1, PostError, Transport, ACCEPT_BOTH};
+use crate::upstream::{h1, SendError, Transport, ACCEPT_BOTH};
 use envelope::{Expect, Rejected};
 
 pub struct Bridge {
@@ -227,13 +227,13 @@ impl Bridge {
         let send = |upstream: &'t Transport| upstream.send_headers_again("POST", out, body);
         let (resp, upstream) = match pinned {
             Some(upstream) => (send(upstream).await, upstream),
-            None => target.on_instance(send, |e| *e == PostError::NotSent).await,
+            None => target.on_instance(send, |e| *e == SendError::NotSent).await,
         };
         let resp = match resp {
-            Err(PostError::NotSent) if pinned.is_some() => {
+            Err(SendError::NotSent) if pinned.is_some() => {
                 return Err(self.rejected(target, Rejected::InstanceGone))
             }
-            other => other.map_err(|e| crate::upstream::map_post_error(e, true))?,
+            other => other.map_err(|e| crate::upstream::map_send_error(e, true))?,
         };
         binding.instance = upstream.instance().to_string();
         let sse = resp.is_sse();
@@ -275,7 +275,7 @@ impl Bridge {
             return Err(Error::UpstreamInvalid("unexpected status"));
         }
         let body =
-            upstream.read_body(resp.body).await.map_err(|e| crate::upstream::map_post_error(e, true))?;
+            upstream.read_body(resp.body).await.map_err(|e| crate::upstream::map_send_error(e, true))?;
         let invalid =
             || Error::UpstreamInvalid(if status.is_success() { "content type" } else { "error status" });
         let text = std::str::from_utf8(&body).map_err(|_| invalid())?;
