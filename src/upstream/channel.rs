@@ -123,12 +123,32 @@ pub trait Messages: Send + Sync {
     fn resume_point(&self) -> Option<&str>;
 }
 
-/// A legacy upstream instance's message channel.
+/// A 2026-07-28 request, outside any session, with what the server reads
+/// beside its body: the method, the name (already encoded as a header value)
+/// and the tool's `Mcp-Param-*` values. HTTP sends them as headers; a process
+/// reads only the body.
+pub struct Stateless<'a> {
+    pub method: &'a str,
+    pub name: Option<&'a str>,
+    /// (`mcp-param-…` header name, value), from the tool's annotations.
+    pub params: &'a [(String, String)],
+    pub body: &'a [u8],
+}
+
+/// An upstream instance's message channel: a legacy server's sessions, or
+/// a 2026 server's stateless requests.
 pub trait Channel: Send + Sync {
     /// Writes `message` (one JSON-RPC message, serialised) on `session`; an
     /// unnamed session (no id) means `message` is the `initialize` that
     /// opens one.
-    fn send<'a>(&'a self, session: &'a SessionWire, message: &'a [u8]) -> Pending<'a, Result<Sent, SendError>>;
+    fn send<'a>(
+        &'a self,
+        session: &'a SessionWire,
+        message: &'a [u8],
+    ) -> Pending<'a, Result<Sent, SendError>>;
+
+    /// Writes a 2026-07-28 request; what the server links to it.
+    fn send_stateless<'a>(&'a self, request: &'a Stateless<'a>) -> Pending<'a, Result<Sent, SendError>>;
 
     /// The session's own messages (a server may ask `roots/list` there, and
     /// announce list changes); from `resume` on, where a stream of this

@@ -19,12 +19,15 @@ use sse_stream::SseStream;
 use http::Uri;
 use prometheus_client::metrics::counter::Counter;
 
-use super::channel::{Answer, Channel, Messages, Pending, SendError, Sent, SessionWire, StreamEnd};
+use super::channel::{
+    Answer, Channel, Messages, Pending, SendError, Sent, SessionWire, Stateless, StreamEnd,
+};
 use super::credentials::Credentials;
 use super::event_limit::{BodyError, EventLimited};
 use super::h1;
 use super::health::Health;
 use crate::config::Upstream;
+use crate::front::MODERN_VERSION;
 use crate::metrics::{InstanceLabels, Metrics, UpstreamLabels};
 
 /// The `Accept` of a request whose answer may be JSON or SSE.
@@ -284,11 +287,25 @@ impl Transport {
         let headers = [("accept", ACCEPT_BOTH), ("content-type", "application/json")];
         let resp = self.send("POST", session, &headers, message).await?;
         let opened = resp.header("mcp-session-id").map(str::to_string);
-        let answer = self.answer(resp, session).await?;
+        let answer = self.answer(resp, session, Resume::Yes).await?;
         Ok(Sent { answer, session: opened })
     }
 
-    async fn answer(&self, resp: h1::Response, session: &SessionWire) -> Result<Answer, SendError> {
+    /// POSTs a 2026-07-28 request with its `Mcp-*` headers.
+    async fn post_stateless(&self, request: &Stateless<'_>) -> Result<Sent, SendError> {
+        let headers = stateless_headers(request);
+        let resp = self.send_headers("POST", &headers, request.body).await?;
+        // 2026-07-28 has no resumability: a broken stream loses the request.
+        let answer = self.answer(resp, &SessionWire::default(), Resume::No).await?;
+        Ok(Sent { answer, session: None })
+    }
+
+    async fn answer(
+        &self,
+        resp: h1::Response,
+        session: &SessionWire,
+        resume: Resume,
+    ) -> Result<Answer, SendError> {
         let status = resp.status;
         if status == 202 {
             return Ok(Answer::Accepted);
@@ -298,7 +315,8 @@ impl Transport {
         }
         let success = (200..300).contains(&status);
         if success && resp.is_sse() {
-            return Ok(Answer::Stream(Box::new(EventStream::new(self.clone(), session.clone(), resp.body))));
+            let stream = EventStream::new(self.clone(), session.clone(), resp.body, resume);
+            return Ok(Answer::Stream(Box::new(stream)));
         }
         if !resp.is_json() {
             return Err(if success { SendError::Invalid("content type") } else { SendError::Status(status) });
@@ -344,7 +362,9 @@ impl Transport {
             None => self.send("GET", session, &[accept], b"").await?,
         };
         match resp.status {
-            200..=299 if resp.is_sse() => Ok(EventStream::new(self.clone(), session.clone(), resp.body)),
+            200..=299 if resp.is_sse() => {
+                Ok(EventStream::new(self.clone(), session.clone(), resp.body, Resume::Yes))
+            }
             404 => Err(SendError::SessionGone),
             200..=299 => Err(SendError::Invalid("content type")),
             s => Err(SendError::Status(s)),
@@ -390,6 +410,22 @@ fn plain_result(body: &[u8]) -> Option<(u64, Box<RawValue>)> {
     }
 }
 
+/// A 2026 request's headers: version, method, name (already encoded), and
+/// the tool's `Mcp-Param-*`.
+pub fn stateless_headers<'a>(request: &Stateless<'a>) -> Vec<(&'a str, &'a str)> {
+    let mut headers = vec![
+        ("mcp-protocol-version", MODERN_VERSION),
+        ("mcp-method", request.method),
+        ("accept", ACCEPT_BOTH),
+        ("content-type", "application/json"),
+    ];
+    if let Some(name) = request.name {
+        headers.push(("mcp-name", name));
+    }
+    headers.extend(request.params.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    headers
+}
+
 /// The data of each event of a complete SSE text, joined across its
 /// `data:` lines; events without data are left out.
 pub fn sse_data(text: &str) -> impl Iterator<Item = String> + '_ {
@@ -408,6 +444,14 @@ const MAX_RETRY: Duration = Duration::from_secs(5);
 
 type Body = EventLimited<h1::Body>;
 
+/// Whether a stream that breaks off is resumed (`Last-Event-ID`): a legacy
+/// session's are; 2026-07-28 has no resumability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resume {
+    Yes,
+    No,
+}
+
 /// JSON-RPC messages read from an upstream SSE stream; when the upstream closes
 /// the stream after having sent event ids, it is resumed with `Last-Event-ID`.
 pub struct EventStream {
@@ -421,7 +465,7 @@ pub struct EventStream {
 }
 
 impl EventStream {
-    fn new(transport: Transport, session: SessionWire, body: h1::Body) -> EventStream {
+    fn new(transport: Transport, session: SessionWire, body: h1::Body, resume: Resume) -> EventStream {
         let limit = transport.max_response();
         EventStream {
             transport,
@@ -430,7 +474,7 @@ impl EventStream {
             pending: VecDeque::new(),
             last_event_id: None,
             retry: Duration::from_millis(1000),
-            resumes: 0,
+            resumes: if resume == Resume::Yes { 0 } else { MAX_RESUMES },
         }
     }
 
@@ -514,8 +558,16 @@ impl Messages for EventStream {
 /// own messages its GET stream, its end a DELETE. Any replica can speak on
 /// a session by its id.
 impl Channel for Transport {
-    fn send<'a>(&'a self, session: &'a SessionWire, message: &'a [u8]) -> Pending<'a, Result<Sent, SendError>> {
+    fn send<'a>(
+        &'a self,
+        session: &'a SessionWire,
+        message: &'a [u8],
+    ) -> Pending<'a, Result<Sent, SendError>> {
         Box::pin(self.post(session, message))
+    }
+
+    fn send_stateless<'a>(&'a self, request: &'a Stateless<'a>) -> Pending<'a, Result<Sent, SendError>> {
+        Box::pin(self.post_stateless(request))
     }
 
     fn messages<'a>(

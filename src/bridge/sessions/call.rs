@@ -468,7 +468,9 @@ pub async fn simple_request(
             .map_err(|e| super::map_send_error(e, true))?;
         let done = match sent.answer {
             Answer::Json(msg) => Some(json_answer(msg, id).unwrap_or_else(|| foreign(&*session.channel))),
-            Answer::Result { id: got, result } if got == id => json_answer(channel::result_message(got, &result), id),
+            Answer::Result { id: got, result } if got == id => {
+                json_answer(channel::result_message(got, &result), id)
+            }
             Answer::Result { .. } => Some(foreign(&*session.channel)),
             Answer::Accepted => None,
             Answer::Stream(mut stream) => loop {

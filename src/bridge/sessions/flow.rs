@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
+use super::call::Streams;
 use super::call::{self, Done, InFlight};
 use super::mrtr::{self, ParkedFlow};
 use super::session::Session;
@@ -23,7 +24,6 @@ use crate::metrics::{MethodLabels, Metrics, QuotaLabels};
 use crate::park;
 use crate::reply::Reply;
 use crate::sealed::Purpose;
-use super::call::Streams;
 use crate::upstream::channel::{self, SendError, SessionWire};
 
 /// Longest time an abandoned flow's upstream stream is read after its

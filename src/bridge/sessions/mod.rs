@@ -12,6 +12,8 @@ mod mrtr;
 mod pool;
 mod session;
 mod state;
+#[cfg(test)]
+mod tests;
 mod translate;
 
 use std::sync::Arc;
@@ -271,7 +273,8 @@ impl Bridge {
             };
             match posted {
                 Ok(sent) => {
-                    let (questions, stream) = match call::read_answer(&flight, sent.answer, get, reply).await {
+                    let (questions, stream) = match call::read_answer(&flight, sent.answer, get, reply).await
+                    {
                         (Done::Input(questions), Some(stream)) => (questions, stream),
                         (done, _) => return Ok(self.shape(cx, &session, &wire, done)),
                     };

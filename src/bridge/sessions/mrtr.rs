@@ -8,10 +8,10 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
+use super::call::Streams;
 use super::pool::Exclusive;
 use super::session::Session;
 use crate::error::Error;
-use super::call::Streams;
 use crate::upstream::SessionWire;
 
 /// The methods an upstream may ask during a call that MRTR can carry.

@@ -126,7 +126,8 @@ impl Session {
                 "clientInfo": {"name": "sessionless", "version": env!("CARGO_PKG_VERSION")},
             }
         });
-        let sent = channel::post(channel, &SessionWire::default(), &request).await.map_err(InitError::Post)?;
+        let sent =
+            channel::post(channel, &SessionWire::default(), &request).await.map_err(InitError::Post)?;
         let session_id = sent.session;
         let response = match sent.answer {
             Answer::Json(v) => v,

@@ -1,8 +1,8 @@
 //! A 2026 upstream as an upstream half ([`UpstreamHalf`]): a typed call
 //! written as a self-contained 2026-07-28 request (`_meta` from the call;
-//! `Mcp-Method`, `Mcp-Name` and the tool's `Mcp-Param-*` headers), on any
-//! instance; the answer read whole into an [`Outcome`], notifications on the
-//! way passed to the client half. An `input_required` result's
+//! its method, name and the tool's `Mcp-Param-*` values beside it), sent on
+//! any instance's [`Channel`]; the answer read whole into an [`Outcome`],
+//! notifications on the way passed to the client half. An `input_required` result's
 //! `requestState` is sealed in the same [`envelope`] a 2026 client gets
 //! (bound to principal, route, method, name and the instance that asked),
 //! so the retry goes back to that instance with the upstream's own state.
@@ -10,7 +10,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 
 use super::envelope::{self, Expect, Rejected};
@@ -24,8 +23,10 @@ use crate::front::headers::{encode_value, param_value};
 use crate::front::{Call, Method, MODERN_VERSION};
 use crate::reply::{Body, Reply};
 use crate::upstream::answers::{foreign_message, mint_id};
+use crate::upstream::channel::{self, Answer, Channel, SendError, Sent, Stateless, StreamEnd};
 use crate::upstream::credentials::without_client_token;
-use crate::upstream::{SendError, Transport, ACCEPT_BOTH};
+use crate::upstream::transport::stateless_headers;
+use crate::upstream::Transport;
 use http::Response;
 
 /// The tool annotations are one per route: the upstream never learns who
@@ -73,7 +74,7 @@ impl Bridge {
                 let opened = envelope::open(&self.services.sealer, &blob, &expect(crate::seal::unix_now()))
                     .map_err(|why| self.rejected(target, why))?;
                 let instance = target
-                    .instance(&opened.instance)
+                    .channel(&opened.instance)
                     .ok_or_else(|| self.rejected(target, Rejected::InstanceGone))?;
                 params.insert("requestState".into(), Value::String(opened.state));
                 Some(instance)
@@ -88,26 +89,33 @@ impl Bridge {
         crate::observe::traceparent::into_meta(&mut meta);
         params.insert("_meta".into(), Value::Object(meta));
         let encoded = name.as_deref().map(encode_value);
-        let headers = call_headers(method.as_str(), encoded.as_deref(), &param_headers);
         // The upstream sees an id of the gateway's own (random): the
         // client's may be predictable, and a connection is shared by callers.
         let sent = json!(mint_id());
         let body = json!({"jsonrpc": "2.0", "id": sent, "method": method.as_str(), "params": params});
         let body = serde_json::to_vec(&body).expect("serialises");
-        let (headers, body) = (&headers, &body);
-        let send = |t: &'t Transport| t.send_headers_again("POST", headers, body);
-        let (resp, upstream) = match pinned {
-            Some(upstream) => (send(upstream).await, upstream),
-            None => target.on_instance(send, |e| *e == SendError::NotSent).await,
+        let request = Stateless {
+            method: method.as_str(),
+            name: encoded.as_deref(),
+            params: &param_headers,
+            body: &body,
         };
-        let resp = match resp {
+        let request = &request;
+        let send = |t: &'t dyn Channel| async move {
+            channel::once_more(t.health(), || t.send_stateless(request)).await
+        };
+        let (answer, upstream) = match pinned {
+            Some(upstream) => (send(upstream).await, upstream),
+            None => target.on_channel(send, |e| *e == SendError::NotSent).await,
+        };
+        let answer = match answer {
             Err(SendError::NotSent) if pinned.is_some() => {
                 return Err(self.rejected(target, Rejected::InstanceGone).into())
             }
             other => other.map_err(|e| Outcome::from(crate::upstream::map_send_error(e, true)))?,
         };
         let deadline = tokio::time::Instant::now() + target.route.upstream.call_timeout;
-        let mut msg = read_message(upstream, resp, &sent, Some(notes), deadline).await?;
+        let mut msg = read_message(upstream, answer, &sent, Some(notes), deadline).await?;
         if let Some(error) = msg.get_mut("error") {
             return Ok(Outcome::Failed(Failure::Upstream(error.take())));
         }
@@ -170,8 +178,6 @@ impl Bridge {
     /// not be read.
     async fn list_tools(&self, target: &Target) -> Option<Annotations> {
         let deadline = tokio::time::Instant::now() + target.route.upstream.response_timeout;
-        let headers = call_headers("tools/list", None, &[]);
-        let headers = &headers;
         tool_headers::gather(|cursor| async move {
             let mut params = json!({"_meta": {
                 "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
@@ -182,10 +188,11 @@ impl Bridge {
             let sent = json!(mint_id());
             let body = json!({"jsonrpc": "2.0", "id": sent, "method": "tools/list", "params": params});
             let body = serde_json::to_vec(&body).expect("serialises");
-            let upstream = target.pick();
-            let resp =
-                without_client_token(upstream.send_headers_again("POST", headers, &body)).await.ok()?;
-            let msg = read_message(upstream, resp, &sent, None, deadline).await.ok()?;
+            let request = Stateless { method: "tools/list", name: None, params: &[], body: &body };
+            let upstream: &dyn Channel = target.pick();
+            let send = || upstream.send_stateless(&request);
+            let answer = without_client_token(channel::once_more(upstream.health(), send)).await.ok()?;
+            let msg = read_message(upstream, answer, &sent, None, deadline).await.ok()?;
             match msg.get("result") {
                 Some(Value::Object(result)) => Some(result.clone()),
                 _ => None,
@@ -206,7 +213,8 @@ impl Bridge {
         params.insert("_meta".into(), Value::Object(meta.into_object()));
         let body = json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen", "params": params});
         let body = serde_json::to_vec(&body).expect("serialises");
-        let headers = call_headers("subscriptions/listen", None, &[]);
+        let request = Stateless { method: "subscriptions/listen", name: None, params: &[], body: &body };
+        let headers = stateless_headers(&request);
         let (headers, body) = (&headers, &body);
         let send = |t: &'t Transport| t.send_headers_again("POST", headers, body);
         let (resp, upstream) = target.on_instance(send, |e| *e == SendError::NotSent).await;
@@ -223,110 +231,61 @@ impl Bridge {
     }
 }
 
-/// A 2026 call's headers: version, method, name (already encoded), and
-/// `extra` (`Mcp-Param-*`).
-fn call_headers<'a>(
-    method: &'a str,
-    name: Option<&'a str>,
-    extra: &'a [(String, String)],
-) -> Vec<(&'a str, &'a str)> {
-    let mut headers = vec![
-        ("mcp-protocol-version", MODERN_VERSION),
-        ("mcp-method", method),
-        ("accept", ACCEPT_BOTH),
-        ("content-type", "application/json"),
-    ];
-    if let Some(name) = name {
-        headers.push(("mcp-name", name));
-    }
-    headers.extend(extra.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    headers
-}
-
-/// Reads the upstream's answer to a call: its JSON-RPC message, from JSON or
-/// from SSE (notifications on the way are relayed to `notes`).
+/// Reads the upstream's answer to a call: its JSON-RPC message, whole or
+/// from a stream (notifications on the way are relayed to `notes`).
 async fn read_message(
-    upstream: &Transport,
-    resp: crate::upstream::h1::Response,
+    upstream: &dyn Channel,
+    answer: Sent,
     sent: &Value,
     mut notes: Option<&mut Reply>,
     deadline: tokio::time::Instant,
 ) -> Result<Value, Outcome> {
-    let status = resp.status;
-    if matches!(status, 202 | 401 | 403 | 407) {
-        return Err(Error::UpstreamInvalid("unexpected status").into());
-    }
-    if resp.is_sse() && (200..300).contains(&status) {
-        let mut events = Relay::events(resp.body, upstream.max_response());
-        loop {
-            // A client that leaves ends the upstream request (a 2026
-            // server takes the closed stream as cancellation).
-            let next = tokio::time::timeout_at(deadline, events.next());
-            let event = match &mut notes {
-                Some(notes) if notes.is_streaming() => tokio::select! {
-                    event = next => event,
-                    _ = notes.closed() => return Err(Outcome::Gone),
-                },
-                _ => next.await,
-            };
-            let event = match event {
-                Err(_) => return Err(Error::UpstreamTimeout.into()),
-                Ok(None) => return Err(Error::OutcomeUnknown.into()),
-                Ok(Some(Err(_))) => return Err(Error::UpstreamInvalid("invalid event stream").into()),
-                Ok(Some(Ok(event))) => event,
-            };
-            let Some(data) = event.data.as_deref().filter(|d| !d.trim().is_empty()) else { continue };
-            if crate::upstream::event_limit::too_many_values(data.as_bytes(), upstream.max_response()) {
-                return Err(Error::UpstreamTooLarge.into());
-            }
-            let Ok(msg) = serde_json::from_str::<Value>(data) else {
-                return Err(Error::UpstreamInvalid("event is not JSON").into());
-            };
-            let is_answer =
-                msg.get("id").is_some() && (msg.get("result").is_some() || msg.get("error").is_some());
-            if is_answer {
-                return answer_to(upstream, sent, msg);
-            }
-            // Notifications (progress, log messages) go on to the client.
-            if msg.get("method").is_some() && msg.get("id").is_none() {
-                if let Some(notes) = notes.as_deref_mut() {
-                    notes.event(&msg).await.map_err(|_| Outcome::Gone)?;
-                }
+    let mut stream = match answer.answer {
+        Answer::Accepted => return Err(Error::UpstreamInvalid("unexpected status").into()),
+        Answer::Result { id, result } => {
+            return answer_to(upstream, sent, channel::result_message(id, &result));
+        }
+        Answer::Json(msg) if msg.get("result").is_none() && msg.get("error").is_none() => {
+            return Err(Error::UpstreamInvalid("not a JSON-RPC answer").into());
+        }
+        Answer::Json(msg) => return answer_to(upstream, sent, msg),
+        Answer::Stream(stream) => stream,
+    };
+    loop {
+        // A client that leaves ends the upstream request (a 2026 server
+        // takes the closed stream as cancellation).
+        let next = tokio::time::timeout_at(deadline, stream.next());
+        let msg = match &mut notes {
+            Some(notes) if notes.is_streaming() => tokio::select! {
+                msg = next => msg,
+                _ = notes.closed() => return Err(Outcome::Gone),
+            },
+            _ => next.await,
+        };
+        let msg = match msg {
+            Err(_) => return Err(Error::UpstreamTimeout.into()),
+            Ok(Err(StreamEnd::Closed)) => return Err(Error::OutcomeUnknown.into()),
+            Ok(Err(StreamEnd::TooLarge)) => return Err(Error::UpstreamTooLarge.into()),
+            Ok(Err(StreamEnd::Invalid)) => return Err(Error::UpstreamInvalid("invalid event stream").into()),
+            Ok(Ok(msg)) => msg,
+        };
+        let is_answer =
+            msg.get("id").is_some() && (msg.get("result").is_some() || msg.get("error").is_some());
+        if is_answer {
+            return answer_to(upstream, sent, msg);
+        }
+        // Notifications (progress, log messages) go on to the client.
+        if msg.get("method").is_some() && msg.get("id").is_none() {
+            if let Some(notes) = notes.as_deref_mut() {
+                notes.event(&msg).await.map_err(|_| Outcome::Gone)?;
             }
         }
     }
-    let json = resp.is_json();
-    let read = tokio::time::timeout_at(deadline, upstream.read_body(resp.body));
-    let read = match notes {
-        Some(notes) if notes.is_streaming() => tokio::select! {
-            read = read => read,
-            _ = notes.closed() => return Err(Outcome::Gone),
-        },
-        _ => read.await,
-    };
-    let body = match read {
-        Err(_) => return Err(Error::UpstreamTimeout.into()),
-        Ok(r) => r.map_err(|e| Outcome::from(crate::upstream::map_send_error(e, true)))?,
-    };
-    if crate::upstream::event_limit::too_many_values(&body, upstream.max_response()) {
-        return Err(Error::UpstreamTooLarge.into());
-    }
-    let msg: Value = match serde_json::from_slice(&body) {
-        Ok(v) if json => v,
-        _ => {
-            let why = if (200..300).contains(&status) { "content type" } else { "error status" };
-            return Err(Error::UpstreamInvalid(why).into());
-        }
-    };
-    if msg.get("result").is_none() && msg.get("error").is_none() {
-        return Err(Error::UpstreamInvalid("not a JSON-RPC answer").into());
-    }
-    answer_to(upstream, sent, msg)
 }
 
 /// `msg`, a response, if it answers the request `sent`; never delivered
 /// otherwise, and the upstream's idle connections are dropped.
-fn answer_to(upstream: &Transport, sent: &Value, msg: Value) -> Result<Value, Outcome> {
+fn answer_to(upstream: &dyn Channel, sent: &Value, msg: Value) -> Result<Value, Outcome> {
     if foreign_message(&msg, std::slice::from_ref(sent)) {
         upstream.distrust();
         return Err(Error::UpstreamInvalid("an answer to another request").into());
