@@ -4,7 +4,7 @@
 //! such session is busy, new keys are refused (429 for a principal's share,
 //! 503 for the whole pool) rather than grown.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::sync::OnceCell;
@@ -27,7 +27,15 @@ pub struct Pool {
     idle: Duration,
     epoch: Instant,
     metrics: Metrics,
+    /// `initialize` results seen lately, shared by the sessions whose server
+    /// answered alike (a server answers every session the same): a pooled
+    /// session or a held listen stream then keeps a pointer, not a tree of
+    /// its own (about 1.8 KiB).
+    inits: Mutex<Vec<Weak<serde_json::Value>>>,
 }
+
+/// How many distinct `initialize` results [`Pool`] remembers for sharing.
+const SHARED_INITS: usize = 32;
 
 impl Pool {
     pub fn new(max: usize, per_principal: usize, idle: Duration, metrics: Metrics) -> Pool {
@@ -38,7 +46,22 @@ impl Pool {
             idle,
             epoch: Instant::now(),
             metrics,
+            inits: Mutex::new(Vec::new()),
         }
+    }
+
+    /// `init`, or an equal result another session already holds.
+    fn shared_init(&self, init: Arc<serde_json::Value>) -> Arc<serde_json::Value> {
+        let mut inits = self.inits.lock().expect("inits lock");
+        inits.retain(|seen| seen.strong_count() > 0);
+        if let Some(same) = inits.iter().filter_map(Weak::upgrade).find(|seen| *seen == init) {
+            return same;
+        }
+        if inits.len() >= SHARED_INITS {
+            inits.remove(0);
+        }
+        inits.push(Arc::downgrade(&init));
+        init
     }
 
     pub fn now_ms(&self) -> u64 {
@@ -104,7 +127,8 @@ impl Pool {
     async fn open(&self, channel: &dyn Channel, key: PoolKey) -> Result<Arc<Session>, Error> {
         let route = key.route.clone();
         match Session::open(channel, key, self.now_ms()).await {
-            Ok(s) => {
+            Ok(mut s) => {
+                s.init = self.shared_init(s.init);
                 self.metrics.sessions_initialized.get_or_create(&Metrics::route(&route)).inc();
                 self.metrics.sessions_open.get_or_create(&Metrics::route(&route)).inc();
                 Ok(Arc::new(s))

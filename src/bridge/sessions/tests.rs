@@ -151,6 +151,10 @@ async fn a_pooled_session_runs_over_a_channel_that_is_not_http() {
     assert_eq!(session.init["serverInfo"]["name"], "memory");
     let again = pool.acquire(&channel, key.as_ref()).await.unwrap();
     assert!(Arc::ptr_eq(&session, &again), "the same channel's session is pooled");
+    let other =
+        pool.acquire(&channel, PoolKey { principal: "p2".into(), ..key.clone() }.as_ref()).await.unwrap();
+    assert!(!Arc::ptr_eq(&session, &other), "another key, another session");
+    assert!(Arc::ptr_eq(&session.init, &other.init), "one initialize result kept for both");
 
     let tools = simple_request(&session, "tools/list", json!({}), Duration::from_secs(5)).await.unwrap();
     assert_eq!(tools["tools"][0]["name"], "echo");
@@ -165,14 +169,20 @@ async fn a_pooled_session_runs_over_a_channel_that_is_not_http() {
         [
             (None, "initialize"),
             (Some("mem-1"), "notifications/initialized"),
+            (None, "initialize"),
+            (Some("mem-1"), "notifications/initialized"),
             (Some("mem-1"), "tools/list"),
             (Some("mem-1"), "(response)"),
         ]
     );
-    assert_eq!(sent[3].1["id"], "srv-1", "the server's ping answered on its session");
-    assert!(sent[3].1.get("result").is_some());
+    assert_eq!(sent[5].1["id"], "srv-1", "the server's ping answered on its session");
+    assert!(sent[5].1.get("result").is_some());
 
-    drop((session, again));
+    drop((session, again, other));
     pool.close_all().await;
-    assert_eq!(*channel.0.closed.lock().unwrap(), ["mem-1"], "the session ended through the channel");
+    assert_eq!(
+        *channel.0.closed.lock().unwrap(),
+        ["mem-1", "mem-1"],
+        "the sessions ended through the channel"
+    );
 }
