@@ -181,6 +181,10 @@ pub enum Error {
     Denied(String),
     #[error("internal error: {0}")]
     Internal(String),
+    /// A federated route's member could not serve the call: its error,
+    /// with `data.member` naming it.
+    #[error("member {member}: {error}")]
+    Member { member: String, error: Box<Error> },
 }
 
 impl Error {
@@ -191,6 +195,7 @@ impl Error {
     pub fn source(&self) -> Source {
         use Error::*;
         match self {
+            Member { error, .. } => error.source(),
             Upstream { .. }
             | UpstreamUnreachable
             | UpstreamRefused
@@ -237,6 +242,7 @@ impl Error {
             MethodNotFound(_) => "method_not_found",
             MissingCapability(_) => "missing_capability",
             Upstream { .. } => "upstream_error",
+            Member { error, .. } => error.reason(),
             UpstreamUnreachable => "upstream_unreachable",
             UpstreamRefused => "upstream_refused",
             UpstreamTimeout => "upstream_timeout",
@@ -275,6 +281,7 @@ impl Error {
             }
             UnsupportedVersion { .. } | MissingCapability(_) => StatusCode::BAD_REQUEST,
             MethodNotFound(_) => StatusCode::NOT_FOUND,
+            Member { error, .. } => error.status(),
             Upstream { code, .. } if *code == code::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
             // A 2026-07-28 error passed on in its shape has that revision's status.
             Upstream { code, data, .. } => spec_error_status(*code, data.as_ref()).unwrap_or(StatusCode::OK),
@@ -434,6 +441,18 @@ impl Error {
                 Some(json!({"reason": "denied"})),
             ),
             Internal(_) => (code::INTERNAL_ERROR, "Internal error".into(), None),
+            Member { member, error } => {
+                let mut inner = error.rpc_error(supported_versions);
+                let data = match inner.get_mut("data").map(Value::take) {
+                    Some(Value::Object(mut data)) => {
+                        data.insert("member".into(), json!(member));
+                        Value::Object(data)
+                    }
+                    _ => json!({"member": member}),
+                };
+                inner["data"] = data;
+                return inner;
+            }
         };
         let mut err = json!({"code": code, "message": message});
         if let Some(data) = data {

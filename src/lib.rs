@@ -110,7 +110,7 @@ pub async fn probe_upstreams(config: &Config) -> Result<Vec<(String, String, Str
     let metrics = metrics::Metrics::register(&mut registry);
     let targets = bridge::Targets::new(config, &metrics)?;
     let mut out = Vec::new();
-    for t in targets.all() {
+    for t in targets.onto_upstreams() {
         let found = match t.generation().await {
             Ok(_) | Err(error::Error::UpstreamRefused) => t.detected.describe(),
             Err(e) => format!("unreachable ({})", e.reason()),

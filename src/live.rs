@@ -126,7 +126,7 @@ impl Live {
     /// first probe of every upstream whose generation is not known yet.
     pub fn start(&self) {
         let stop = &self.tasks;
-        for target in self.targets.all() {
+        for target in self.targets.onto_upstreams() {
             if target.detected.known().is_none() {
                 let target = target.clone();
                 tokio::spawn(async move { target.generation().await });

@@ -43,6 +43,21 @@ pub struct UpstreamLabels {
     pub status: &'static str,
 }
 
+/// A federated route's member.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MemberLabels {
+    pub route: String,
+    pub member: String,
+}
+
+/// A federated route's member and how one exchange with it ended.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MemberOutcomeLabels {
+    pub route: String,
+    pub member: String,
+    pub outcome: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct InstanceLabels {
     pub route: String,
@@ -162,6 +177,8 @@ pub struct Metrics {
     pub session_tokens_rejected: Family<ReasonLabels, Counter>,
     pub upstream_generation: Family<GenerationLabels, Gauge>,
     pub upstream_instance_up: Family<InstanceLabels, Gauge>,
+    pub federation_member_up: Family<MemberLabels, Gauge>,
+    pub federation_member_requests: Family<MemberOutcomeLabels, Counter>,
     pub questions_pushed: Family<MethodLabels, Counter>,
     pub auth_failures: Family<ReasonLabels, Counter>,
     pub answers_routed: Family<ReasonLabels, Counter>,
@@ -207,6 +224,8 @@ impl Metrics {
             session_tokens_rejected: Family::default(),
             upstream_generation: Family::default(),
             upstream_instance_up: Family::default(),
+            federation_member_up: Family::default(),
+            federation_member_requests: Family::default(),
             questions_pushed: Family::default(),
             auth_failures: Family::default(),
             answers_routed: Family::default(),
@@ -322,6 +341,16 @@ impl Metrics {
             "upstream_instance_up",
             "1 while an upstream instance takes new work, 0 from a failed connection until a probe finds it answering",
             m.upstream_instance_up.clone(),
+        );
+        r.register(
+            "federation_member_up",
+            "1 while a federated route's member answers, 0 from a failed or timed-out call or list until one succeeds",
+            m.federation_member_up.clone(),
+        );
+        r.register(
+            "federation_member_requests",
+            "Calls and lists a federated route sent to each member, by outcome (ok, or the error's reason)",
+            m.federation_member_requests.clone(),
         );
         r.register(
             "legacy_questions_pushed",

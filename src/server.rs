@@ -18,9 +18,12 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use crate::bridge::{
-    legacy_client, legacy_relay, modern_client, sessions, stateless, Caller, Cell, Generation, Held,
-    Services, Target, Targets,
+    federation, legacy_client, legacy_relay, modern_client, sessions, stateless, Caller, Cell, Generation,
+    Held, Services, Target, Targets,
 };
+
+/// A federated route's half, over the two upstream halves.
+type Federation = federation::Federation<sessions::Bridge, stateless::Bridge>;
 use crate::cluster;
 use crate::config::{Config, ConnLimits};
 use crate::conn::Tracked;
@@ -46,8 +49,10 @@ pub struct Gateway {
     /// upstream halves, the legacy-client half, and the relay.
     sessions: Arc<sessions::Bridge>,
     legacy_relay: legacy_relay::Bridge,
-    stateless: stateless::Bridge,
+    stateless: Arc<stateless::Bridge>,
     legacy_client: Arc<legacy_client::Bridge>,
+    /// Federated routes: calls through the halves above, per member.
+    federation: Arc<Federation>,
     metrics: Metrics,
     registry: Registry,
     draining: AtomicBool,
@@ -85,6 +90,9 @@ impl Gateway {
         }
         metrics.config_last_reload.set(crate::seal::unix_now() as i64);
         let sinks = sinks(&config)?;
+        let sessions = Arc::new(sessions::Bridge::new(&config, services.clone()));
+        let stateless = Arc::new(stateless::Bridge::new(services.clone()));
+        let federation = Arc::new(Federation::new(sessions.clone(), stateless.clone(), services.clone()));
         Ok(Gateway {
             sinks,
             gate,
@@ -94,9 +102,10 @@ impl Gateway {
             certs: live.tls.as_ref().map(crate::tls::Certs::new),
             max_body_bytes: config.limits.max_body_bytes,
             connections: Arc::new(config.connections.clone()),
-            sessions: Arc::new(sessions::Bridge::new(&config, services.clone())),
+            sessions,
             legacy_relay,
-            stateless: stateless::Bridge::new(services.clone()),
+            stateless,
+            federation,
             legacy_client: Arc::new(legacy_client::Bridge::new(&config, services.clone(), quota)),
             live: ArcSwap::from_pointee(live),
             reloading: tokio::sync::Mutex::new(()),
@@ -264,11 +273,11 @@ impl Gateway {
         let reachable = |t: &Arc<Target>| t.instances().iter().any(|i| i.health().is_up());
         let ready = match live.config.readiness {
             crate::config::Readiness::Always => true,
-            crate::config::Readiness::AnyUpstream => live.targets.all().any(reachable),
-            crate::config::Readiness::AllUpstreams => live.targets.all().all(reachable),
+            crate::config::Readiness::AnyUpstream => live.targets.onto_upstreams().any(reachable),
+            crate::config::Readiness::AllUpstreams => live.targets.onto_upstreams().all(reachable),
         };
         let mut lines = String::from(if ready { "ready\n" } else { "not ready: upstreams unreachable\n" });
-        for t in live.targets.all() {
+        for t in live.targets.onto_upstreams() {
             let (path, name) = (&t.route.id, &t.route.upstream.name);
             lines.push_str(&format!("{path} {name}: {}\n", t.detected.describe()));
             if t.instances().len() > 1 {
@@ -449,6 +458,18 @@ impl Gateway {
             },
         };
         let caller = Caller { principal, headers: parts.headers, body, forwarded: false, access };
+        if target.federated() {
+            return match read {
+                Read::Modern(parsed) => {
+                    let modern = ModernCall { cell: Cell::Federated, retired, parsed };
+                    Box::pin(self.dispatch(modern, target, caller, admission, started)).await
+                }
+                Read::Legacy(peeked) => {
+                    Box::pin(self.translate(Cell::Federated, target, caller, peeked, admission, started))
+                        .await
+                }
+            };
+        }
         let upstream = match target.generation().await {
             Ok(upstream) => upstream,
             Err(e) => {
@@ -461,13 +482,8 @@ impl Gateway {
                 let modern = ModernCall { cell, retired, parsed };
                 Box::pin(self.dispatch(modern, target, caller, admission, started)).await
             }
-            (Cell::LegacyModern, Read::Legacy(peeked)) => {
-                let onto = Generation::Modern;
-                Box::pin(self.translate(onto, target, caller, peeked, admission, started)).await
-            }
-            (Cell::LegacyLegacy, Read::Legacy(peeked)) => {
-                let onto = Generation::Legacy;
-                Box::pin(self.translate(onto, target, caller, peeked, admission, started)).await
+            (cell @ (Cell::LegacyModern | Cell::LegacyLegacy), Read::Legacy(peeked)) => {
+                Box::pin(self.translate(cell, target, caller, peeked, admission, started)).await
             }
             (Cell::Relay, Read::Legacy(peeked)) => {
                 // The relay never forwards the body again: its budget share
@@ -493,29 +509,35 @@ impl Gateway {
     ) -> Response<Body> {
         let caller =
             Caller { principal, headers: parts.headers, body: Bytes::new(), forwarded: false, access: None };
-        let upstream = match target.generation().await {
-            Ok(upstream) => upstream,
-            Err(e) => return self.reject_as(Generation::Legacy, target, None, &e, started),
+        let (upstream, cell) = match target.federated() {
+            true => (Generation::Modern, Cell::Federated),
+            false => match target.generation().await {
+                Ok(upstream) => {
+                    (upstream, Cell::of(Generation::Legacy, upstream, target.translates_legacy()))
+                }
+                Err(e) => return self.reject_as(Generation::Legacy, target, None, &e, started),
+            },
         };
         // A concurrency permit like any request, for as long as the answer lives.
         let Ok(permit) = self.limit.clone().try_acquire_owned() else {
             return self.reject_as(Generation::Legacy, target, None, &Error::Overloaded, started);
         };
-        match Cell::of(Generation::Legacy, upstream, target.translates_legacy()) {
+        match cell {
             Cell::Relay => {
                 let permit = Box::new(permit);
                 self.legacy_relay.session_verb(target, upstream, &parts.method, caller, permit, started).await
             }
-            Cell::LegacyModern | Cell::LegacyLegacy => {
+            Cell::LegacyModern | Cell::LegacyLegacy | Cell::Federated => {
                 let get = parts.method == http::Method::GET;
                 let (translated, hold) = (&self.legacy_client, Box::new(permit));
-                let verb = match upstream {
-                    Generation::Modern => {
-                        translated.session_verb(&self.stateless, target, &caller, get, hold).await
+                let verb = match cell {
+                    Cell::LegacyModern => {
+                        translated.session_verb(&*self.stateless, target, &caller, get, hold).await
                     }
-                    Generation::Legacy => {
+                    Cell::LegacyLegacy => {
                         translated.session_verb(&*self.sessions, target, &caller, get, hold).await
                     }
+                    _ => translated.session_verb(&*self.federation, target, &caller, get, hold).await,
                 };
                 match verb {
                     Ok(resp) => {
@@ -602,6 +624,14 @@ impl Gateway {
         }
         // Checked by the replica that received it, before it was forwarded.
         let caller = Caller { principal: head.principal, headers, body, forwarded: true, access: None };
+        // A member's parked call: the retry names it as its federated route
+        // advertises it, and goes through the federation to the member.
+        if let Some(federated) = &target.route.member_of {
+            let Some(Found { target, .. }) = self.live.load().route_by_id(federated) else {
+                return Ok(gate.refuse(cluster::Refused::UnknownRoute));
+            };
+            return Ok(self.run(target, *call, caller, admission, started).await);
+        }
         Ok(self.run(target, *call, caller, admission, started).await)
     }
 
@@ -697,7 +727,7 @@ impl Gateway {
         let (reply, answer) = Reply::new(crate::guard::accepts_sse(&caller.headers));
         let method = call.method.as_str();
         let gateway = self.clone();
-        if call.method == front::Method::SubscriptionsListen {
+        if call.method == front::Method::SubscriptionsListen && !target.federated() {
             // A listen stream may last hours: its work is boxed at its own
             // size, not at the call path's (several times larger), and holds
             // the call and the caller boxed, to be dropped once it streams.
@@ -713,16 +743,18 @@ impl Gateway {
         // Boxed: it may move to a task of its own (`Inline`), with the record.
         let work: Work = crate::observe::carry(async move {
             let mut reply = reply;
-            let outcome = gateway.sessions.serve(&target, &call, &caller, &mut reply).await;
-            target.observed(outcome.unreachable());
-            let outcome = modern_client::answer(&call.id, outcome, reply).await;
-            gateway.services.count(
-                &target,
-                (Generation::Modern, Generation::Legacy),
-                method,
-                outcome,
-                started,
-            );
+            let (outcome, id, upstream) = if target.federated() {
+                use crate::bridge::half::UpstreamHalf;
+                let mut call = call;
+                let id = std::mem::take(&mut call.id);
+                (gateway.federation.call(&target, call, &caller, &mut reply).await, id, Generation::Modern)
+            } else {
+                let outcome = gateway.sessions.serve(&target, &call, &caller, &mut reply).await;
+                target.observed(outcome.unreachable());
+                (outcome, call.id, Generation::Legacy)
+            };
+            let outcome = modern_client::answer(&id, outcome, reply).await;
+            gateway.services.count(&target, (Generation::Modern, upstream), method, outcome, started);
             drop(admission);
         });
         answer_of(work, answer).await
@@ -733,7 +765,7 @@ impl Gateway {
     /// lives as long as the answer (a round of questions may keep it streaming).
     async fn translate(
         self: Arc<Self>,
-        onto: Generation,
+        onto: Cell,
         target: Arc<Target>,
         caller: Caller,
         peeked: front::legacy::Peeked,
@@ -745,15 +777,17 @@ impl Gateway {
         let work: Work = crate::observe::carry(async move {
             let translated = &gateway.legacy_client;
             let (label, outcome) = match onto {
-                Generation::Modern => {
-                    translated.post(&gateway.stateless, &target, &caller, peeked, reply).await
+                Cell::LegacyModern => {
+                    translated.post(&*gateway.stateless, &target, &caller, peeked, reply).await
                 }
-                Generation::Legacy => {
+                Cell::LegacyLegacy => {
                     translated.post(&*gateway.sessions, &target, &caller, peeked, reply).await
                 }
+                _ => translated.post(&*gateway.federation, &target, &caller, peeked, reply).await,
             };
             drop(caller);
-            gateway.services.count(&target, (Generation::Legacy, onto), label, outcome, started);
+            let upstream = if onto == Cell::LegacyLegacy { Generation::Legacy } else { Generation::Modern };
+            gateway.services.count(&target, (Generation::Legacy, upstream), label, outcome, started);
             drop(admission);
         });
         answer_of(work, answer).await

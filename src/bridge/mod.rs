@@ -15,6 +15,7 @@
 //! | legacy client, translated: [`legacy_client`] | `LegacyLegacy` | `LegacyModern` |
 //! | legacy client, relayed: [`legacy_relay`] | `Relay` (the direct path) | `Relay`, to a server that serves both eras |
 
+pub mod federation;
 pub mod half;
 pub mod legacy_client;
 pub mod legacy_relay;
@@ -57,6 +58,9 @@ pub enum Cell {
     /// sealed: the direct path, for fidelity (log levels, subscriptions,
     /// batches).
     Relay,
+    /// Either client on a federated route: calls go through the federation
+    /// half to each member's own upstream half (DESIGN §11).
+    Federated,
 }
 
 impl Cell {

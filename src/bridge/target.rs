@@ -16,7 +16,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use super::Generation;
 use crate::config::{Config, LegacyClientMode, Route, UpstreamGeneration};
 use crate::error::Error;
-use crate::metrics::{GenerationLabels, Metrics, RouteUpstreamLabels};
+use crate::metrics::{GenerationLabels, MemberLabels, Metrics, RouteUpstreamLabels};
 use crate::ratelimit::RateLimits;
 use crate::upstream::credentials::Credentials;
 use crate::upstream::probe::{self, Found};
@@ -42,6 +42,18 @@ pub struct Target {
     breaker_was_open: AtomicBool,
     /// The route's request counters and duration histograms, resolved once.
     pub counts: Counts,
+    /// A federated route's members, in the configured order (DESIGN §11);
+    /// empty for a route onto one upstream. A federated target has no
+    /// instances of its own.
+    pub members: Vec<MemberTarget>,
+}
+
+/// A federated route's member: its name (its prefix), its own target, and
+/// whether it answered lately (`sessionless_federation_member_up`).
+pub struct MemberTarget {
+    pub name: String,
+    pub target: Arc<Target>,
+    pub up: Gauge,
 }
 
 /// A request's labels besides its route: client and upstream generation,
@@ -156,7 +168,42 @@ impl Target {
             breaker,
             breaker_was_open: AtomicBool::new(was_open),
             counts: Counts::default(),
+            members: Vec::new(),
         }
+    }
+
+    /// The target of federated route `r` over its members' targets: no
+    /// instances, slots or breaker of its own (each member has them); its
+    /// rate limits carried over from `same` when unchanged.
+    fn over_members(
+        r: &Arc<Route>,
+        config: &Config,
+        metrics: &Metrics,
+        members: Vec<MemberTarget>,
+        same: Option<&Arc<Target>>,
+    ) -> Target {
+        let limits = same
+            .filter(|t| t.route.rate_limit == r.rate_limit && t.route.tool_rate_limits == r.tool_rate_limits)
+            .map(|t| t.limits.clone());
+        Target {
+            route: r.clone(),
+            instances: Arc::from([]),
+            next: AtomicUsize::new(0),
+            detected: Arc::new(Detected::new(r.upstream.generation, metrics.clone(), r)),
+            limits: limits
+                .unwrap_or_else(|| Arc::new(RateLimits::new(r, config.limits.max_rate_limit_keys, metrics))),
+            slots: None,
+            busy: Counter::default(),
+            breaker: Gauge::default(),
+            breaker_was_open: AtomicBool::new(false),
+            counts: Counts::default(),
+            members,
+        }
+    }
+
+    /// Whether the route fronts several upstreams (its calls go through the federation).
+    pub fn federated(&self) -> bool {
+        !self.members.is_empty()
     }
 
     /// The instance for new work: the next one that is up, round-robin.
@@ -253,7 +300,7 @@ impl Target {
     /// has confirmed it. New work is then refused (503) without a
     /// connection attempt; the health task's probe closes it.
     pub fn breaker_open(&self) -> bool {
-        self.instances.iter().all(|i| i.health().is_confirmed_down())
+        !self.instances.is_empty() && self.instances.iter().all(|i| i.health().is_confirmed_down())
     }
 
     /// Sets the breaker gauge (the health task, after each round of probes).
@@ -285,7 +332,9 @@ impl Target {
     /// upstream that serves only that era, or one configured so) rather
     /// than relayed to the upstream's own session support.
     pub fn translates_legacy(&self) -> bool {
-        self.route.upstream.legacy_clients == LegacyClientMode::Translate || self.detected.modern_only()
+        self.federated()
+            || self.route.upstream.legacy_clients == LegacyClientMode::Translate
+            || self.detected.modern_only()
     }
 
     /// Takes note of how a request went: an upstream that could not be
@@ -304,12 +353,19 @@ impl Target {
 /// name stands for all.
 fn slots<'a>(config: &'a Config, old: Option<&Targets>) -> HashMap<&'a str, Arc<Semaphore>> {
     let mut old_slots: HashMap<&str, (Option<usize>, Option<&Arc<Semaphore>>)> = HashMap::new();
-    for t in old.into_iter().flat_map(Targets::all) {
+    for t in old.into_iter().flat_map(Targets::all).flat_map(|t| match t.federated() {
+        false => vec![t],
+        true => t.members.iter().map(|m| &m.target).collect(),
+    }) {
         let u = &t.route.upstream;
         old_slots.entry(u.name.as_str()).or_insert((u.max_concurrent_requests, t.slots.as_ref()));
     }
     let mut slots = HashMap::new();
-    for u in config.routes.iter().map(|r| &r.upstream) {
+    let onto_one = config.routes.iter().flat_map(|r| match r.federated() {
+        false => vec![r],
+        true => r.members.iter().map(|m| &m.route).collect(),
+    });
+    for u in onto_one.map(|r| &r.upstream) {
         let Some(n) = u.max_concurrent_requests else { continue };
         slots.entry(u.name.as_str()).or_insert_with(|| match old_slots.get(u.name.as_str()) {
             Some((Some(m), Some(kept))) if *m == n => Arc::clone(kept),
@@ -350,30 +406,60 @@ impl Targets {
     /// its rate limits' state when they are unchanged. Everything else
     /// starts afresh. Header values are read again (a rotated upstream key),
     /// once per upstream.
-    pub fn carry(config: &Config, metrics: &Metrics, old: Option<&Targets>) -> Result<Targets, String> {
+    pub fn carry<'a>(
+        config: &'a Config,
+        metrics: &Metrics,
+        old: Option<&Targets>,
+    ) -> Result<Targets, String> {
         let slots = slots(config, old);
         let mut credentials: HashMap<&str, Credentials> = HashMap::new();
         let mut all = Vec::with_capacity(config.routes.len());
-        for r in &config.routes {
+        let mut onto_one = |r: &'a Arc<Route>| -> Result<Arc<Target>, String> {
             let credentials = match credentials.entry(&r.upstream.name) {
                 Entry::Occupied(e) => e.into_mut(),
                 Entry::Vacant(e) => e.insert(Credentials::load(&r.upstream)?),
             };
-            let same = old
-                .and_then(|o| o.by_id(&r.id))
-                .filter(|t| t.route.upstream == r.upstream && t.instances[0].credentials() == &*credentials);
+            let same = old.and_then(|o| o.by_id(&r.id)).filter(|t| {
+                t.route.upstream == r.upstream
+                    && t.instances.first().is_some_and(|i| i.credentials() == &*credentials)
+            });
             let slots = slots.get(r.upstream.name.as_str()).cloned();
-            all.push(Arc::new(Target::carry(r, config, metrics, credentials, same, slots)));
+            Ok(Arc::new(Target::carry(r, config, metrics, credentials, same, slots)))
+        };
+        for r in &config.routes {
+            if !r.federated() {
+                all.push(onto_one(r)?);
+                continue;
+            }
+            let mut members = Vec::with_capacity(r.members.len());
+            for m in &r.members {
+                let target = onto_one(&m.route)?;
+                let labels = MemberLabels { route: r.id.clone(), member: m.name.clone() };
+                let up = metrics.federation_member_up.get_or_create(&labels).clone();
+                let was = old.and_then(|o| o.by_id(&m.route.id)).is_some();
+                if !was {
+                    up.set(1);
+                }
+                members.push(MemberTarget { name: m.name.clone(), target, up });
+            }
+            let same = old.and_then(|o| o.by_id(&r.id));
+            all.push(Arc::new(Target::over_members(r, config, metrics, members, same)));
         }
         Ok(Targets::index(all))
     }
 
+    /// Indexes the targets by id (a member's target too, by its own id) and
+    /// by path (the routes a request can name: a member's target is
+    /// reached through its federated route only).
     fn index(all: Vec<Arc<Target>>) -> Targets {
         let mut by_id = HashMap::with_capacity(all.len());
         let mut by_path: HashMap<String, Vec<Arc<Target>>> = HashMap::new();
         for t in &all {
             by_id.insert(t.route.id.clone(), t.clone());
             by_path.entry(t.route.path.clone()).or_default().push(t.clone());
+            for m in &t.members {
+                by_id.insert(m.target.route.id.clone(), m.target.clone());
+            }
         }
         Targets { all, by_id, by_path }
     }
@@ -395,8 +481,18 @@ impl Targets {
         self.all.iter().any(|t| t.route.host.is_some())
     }
 
+    /// Every route's target (a federated route's included).
     pub fn all(&self) -> impl Iterator<Item = &Arc<Target>> {
         self.all.iter()
+    }
+
+    /// Every target onto one upstream: each route's, with a federated
+    /// route's members in its place (what has instances to probe).
+    pub fn onto_upstreams(&self) -> impl Iterator<Item = &Arc<Target>> {
+        self.all.iter().flat_map(|t| {
+            let members = t.members.iter().map(|m| &m.target);
+            std::iter::once(t).filter(|t| !t.federated()).chain(members)
+        })
     }
 
     /// The health task: probes every down instance each interval and takes
@@ -410,7 +506,7 @@ impl Targets {
                 _ = stop.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            let down = self.all().flat_map(|t| t.instances.iter()).filter(|i| !i.health().is_up());
+            let down = self.onto_upstreams().flat_map(|t| t.instances.iter()).filter(|i| !i.health().is_up());
             let probes = down.map(|instance| async move {
                 match tokio::time::timeout(HEALTH_PROBE_TIMEOUT, probe::probe(instance)).await {
                     Ok(Ok(_)) => instance.health().recovered(),
@@ -421,7 +517,7 @@ impl Targets {
                 _ = stop.cancelled() => return,
                 _ = futures_util::future::join_all(probes) => {}
             }
-            self.all().for_each(|t| t.export_breaker());
+            self.onto_upstreams().for_each(|t| t.export_breaker());
         }
     }
 

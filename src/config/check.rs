@@ -77,9 +77,13 @@ impl Checked {
 /// its instances, generation, continuity, auth policy, rules.
 pub fn routing_table(routes: &[Arc<Route>]) -> String {
     let header = ["host", "route", "upstream", "urls", "generation", "continuity", "auth", "rules"];
-    let rows: Vec<[String; 8]> = routes
-        .iter()
-        .map(|r| {
+    // A federated route is one row per member (its rules are the route's).
+    let onto_one = routes.iter().flat_map(|r| match r.federated() {
+        false => vec![(r, r)],
+        true => r.members.iter().map(|m| (r, &m.route)).collect(),
+    });
+    let rows: Vec<[String; 8]> = onto_one
+        .map(|(route, r)| {
             let u = &r.upstream;
             let urls: Vec<String> = u.urls.iter().map(ToString::to_string).collect();
             let generation = match (u.generation, u.legacy_clients) {
@@ -110,12 +114,15 @@ pub fn routing_table(routes: &[Arc<Route>]) -> String {
             [
                 r.host.clone().unwrap_or_else(|| "*".into()),
                 r.path.clone(),
-                u.name.clone(),
+                match r.member_of {
+                    Some(_) => format!("member {}", u.name),
+                    None => u.name.clone(),
+                },
                 urls.join(" "),
                 generation.to_string(),
                 continuity,
                 auth,
-                r.rules.len().to_string(),
+                route.rules.len().to_string(),
             ]
         })
         .collect();

@@ -201,9 +201,39 @@ pub struct Route {
     pub rules: Arc<[crate::authz::Rule]>,
     /// Browsers allowed to call (the route's own, or the server's); `None`: no CORS.
     pub cors: Option<Arc<Cors>>,
+    /// A federated route's members (DESIGN §11), each a route of its own
+    /// onto one upstream; empty for a route onto one upstream. On a
+    /// federated route, `upstream` is its first member's and unused.
+    pub members: Vec<Member>,
+    /// How long a federated list waits for a member.
+    pub federation_list_timeout: Duration,
+    /// A member's route: the id of the federated route it belongs to.
+    pub member_of: Option<String>,
+}
+
+/// One upstream of a federated route, under its name (its prefix).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Member {
+    pub name: String,
+    /// The member's own route: the federated route's options onto the
+    /// member's upstream, under the id `<route id>#<member>`.
+    pub route: Arc<Route>,
+}
+
+/// A member's name: its prefix, which can never hold the separator.
+pub fn valid_member_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    (1..=16).contains(&b.len())
+        && b[0].is_ascii_lowercase()
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
 impl Route {
+    /// Whether the route fronts several upstreams.
+    pub fn federated(&self) -> bool {
+        !self.members.is_empty()
+    }
+
     /// Whether a call to `tool` (`None` for prompts and resources) runs in replay mode.
     pub fn replays(&self, tool: Option<&str>) -> bool {
         self.continuity == Continuity::Replay
@@ -292,7 +322,9 @@ impl Config {
             }],
             routes: vec![raw::RawRoute {
                 path: "/mcp".into(),
-                upstream: "default".into(),
+                upstream: Some("default".into()),
+                members: None,
+                federation_list_timeout_ms: None,
                 ttl_ms: None,
                 cache_scope: None,
                 continuity: None,
@@ -301,7 +333,6 @@ impl Config {
                 rate_limit: None,
                 tool_rate_limits: None,
                 host: None,
-                tool_prefix: None,
                 discover_ttl_ms: None,
                 auth: None,
                 cors: None,
@@ -393,10 +424,6 @@ fn ms(v: Option<u64>, default: u64) -> Duration {
 /// "line N: " for the first line of `text` containing `needle`, to point at a bad key.
 fn at(text: &str, needle: &str) -> String {
     text.lines().position(|l| l.contains(needle)).map(|n| format!("line {}: ", n + 1)).unwrap_or_default()
-}
-
-fn not_yet(text: &str, key: &str) -> ConfigError {
-    ConfigError(format!("{}`{key}` is not supported yet", at(text, key.rsplit('.').next().unwrap_or(key))))
 }
 
 /// The one validation of a routing file; what it names outside itself is
@@ -495,7 +522,16 @@ fn routes(
     }
     let mut by_name: HashMap<&str, &Upstream> = HashMap::new();
     for u in upstreams {
-        by_name.entry(u.name.as_str()).or_insert(u);
+        if by_name.insert(u.name.as_str(), u).is_some() {
+            let line = text
+                .lines()
+                .enumerate()
+                .filter(|(_, l)| l.trim_start().starts_with("name") && l.contains(&format!("\"{}\"", u.name)))
+                .nth(1)
+                .map(|(n, _)| format!("line {}: ", n + 1))
+                .unwrap_or_default();
+            return Err(ConfigError(format!("{line}duplicate upstream name `{}`", u.name)));
+        }
     }
     let policies: HashMap<&str, &Arc<AuthPolicy>> = policies.iter().map(|p| (p.name.as_str(), p)).collect();
     let mut ids = HashSet::new();
@@ -777,9 +813,6 @@ fn route(
     text: &str,
 ) -> Result<Route, ConfigError> {
     let host = r.host.as_deref().map(|h| route_host(h, text)).transpose()?;
-    if r.tool_prefix.is_some() {
-        return Err(not_yet(text, "routes.tool_prefix"));
-    }
     let continuity = match r.continuity.as_deref() {
         None | Some("park") => Continuity::Park,
         Some("replay") => Continuity::Replay,
@@ -793,9 +826,44 @@ fn route(
     if !r.path.starts_with('/') || matches!(r.path.as_str(), "/metrics" | "/healthz" | "/readyz") {
         return Err(ConfigError(format!("{}invalid route path `{}`", at(text, &r.path), r.path)));
     }
-    let upstream = *upstreams
-        .get(r.upstream.as_str())
-        .ok_or_else(|| ConfigError(format!("{}unknown upstream `{}`", at(text, &r.upstream), r.upstream)))?;
+    let known = |name: &str| {
+        upstreams
+            .get(name)
+            .copied()
+            .ok_or_else(|| ConfigError(format!("{}unknown upstream `{name}`", at(text, name))))
+    };
+    let members: Vec<&Upstream> = match (&r.upstream, &r.members) {
+        (Some(name), None) => vec![known(name)?],
+        (None, Some(names)) if !names.is_empty() => {
+            let mut seen = HashSet::new();
+            for name in names {
+                if !valid_member_name(name) {
+                    return Err(ConfigError(format!(
+                        "{}member `{name}`: a member's name is its prefix and must match ^[a-z][a-z0-9-]{{0,15}}$",
+                        at(text, name)
+                    )));
+                }
+                if !seen.insert(name.as_str()) {
+                    return Err(ConfigError(format!(
+                        "{}member `{name}` is listed twice",
+                        at(text, "members")
+                    )));
+                }
+            }
+            names.iter().map(|n| known(n)).collect::<Result<_, _>>()?
+        }
+        (None, Some(_)) => {
+            return Err(ConfigError(format!("{}`members` needs at least one upstream", at(text, "members"))))
+        }
+        _ => {
+            return Err(ConfigError(format!(
+                "{}route `{}` needs either `upstream` or `members`",
+                at(text, &r.path),
+                r.path
+            )))
+        }
+    };
+    let upstream = members[0];
     let cache_scope = match r.cache_scope.as_deref() {
         None | Some("private") => CacheScope::Private,
         Some("public") => CacheScope::Public,
@@ -815,7 +883,8 @@ fn route(
                 .ok_or_else(|| ConfigError(format!("{}unknown auth policy `{name}`", at(text, "auth"))))?,
         ),
     };
-    if let Some(aud) = &upstream.forward_authorization {
+    for upstream in &members {
+        let Some(aud) = &upstream.forward_authorization else { continue };
         let jwt_audience = auth.as_ref().and_then(|p| match &p.kind {
             AuthKind::Jwt(j) => Some(j.audience.as_str()),
             _ => None,
@@ -873,7 +942,43 @@ fn route(
         replay_tools: r.replay_tools.clone().unwrap_or_default(),
         replay_ttl: ms(r.replay_ttl_ms, 60_000),
         cors: None,
+        members: Vec::new(),
+        federation_list_timeout: ms(r.federation_list_timeout_ms, 5_000),
+        member_of: None,
     })
+    .map(|route| match &r.members {
+        Some(_) => federate(route, &members),
+        None => route,
+    })
+}
+
+/// A federated route: its members' routes (the route's options onto each
+/// member's upstream; rate limits and rules stay on the federated route,
+/// which names tools as it advertises them).
+fn federate(mut route: Route, members: &[&Upstream]) -> Route {
+    route.members = members
+        .iter()
+        .map(|upstream| {
+            let prefix = format!("{}__", upstream.name);
+            let member = Route {
+                id: format!("{}#{}", route.id, upstream.name),
+                upstream: (*upstream).clone(),
+                rate_limit: None,
+                tool_rate_limits: Vec::new(),
+                rules: Arc::from([]),
+                replay_tools: route
+                    .replay_tools
+                    .iter()
+                    .filter_map(|t| t.strip_prefix(&prefix).map(str::to_string))
+                    .collect(),
+                members: Vec::new(),
+                member_of: Some(route.id.clone()),
+                ..route.clone()
+            };
+            Member { name: upstream.name.clone(), route: Arc::new(member) }
+        })
+        .collect();
+    route
 }
 
 /// A rate limit as written: both numbers at least 1; `burst` defaults to `per_minute`.

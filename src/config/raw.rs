@@ -124,7 +124,12 @@ pub struct RawUpstream {
 pub struct RawRoute {
     /// The MCP endpoint path on the gateway, e.g. "/mcp".
     pub path: String,
-    pub upstream: String,
+    /// The one upstream the route fronts (or `members`).
+    pub upstream: Option<String>,
+    /// A federated route's upstreams (DESIGN §11), instead of `upstream`.
+    pub members: Option<Vec<String>>,
+    /// How long a federated list waits for a member (default 5 s).
+    pub federation_list_timeout_ms: Option<u64>,
     /// `ttlMs` on cacheable results the upstream leaves unset (default 0).
     pub ttl_ms: Option<u64>,
     /// `cacheScope` on cacheable results ("private" by default, or "public").
@@ -142,8 +147,6 @@ pub struct RawRoute {
     pub tool_rate_limits: Option<BTreeMap<String, RawRateLimit>>,
     /// Route by Host header: not supported yet.
     pub host: Option<String>,
-    /// Federation by tool-name prefix: not supported yet.
-    pub tool_prefix: Option<String>,
     /// How long the gateway keeps a discover answer (default 60 s).
     pub discover_ttl_ms: Option<u64>,
     /// The authentication policy (an `[auth.<name>]`); none when absent.

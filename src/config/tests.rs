@@ -34,9 +34,63 @@ fn unknown_keys_are_rejected_with_a_line() {
 }
 
 #[test]
-fn later_features_are_not_supported_yet() {
+fn the_reserved_tool_prefix_key_is_gone() {
     let bad = GOOD.replace("cache_scope = \"public\"", "tool_prefix = \"a_\"");
-    assert!(Config::from_toml(&bad).unwrap_err().0.contains("not supported yet"));
+    assert!(Config::from_toml(&bad).unwrap_err().0.contains("unknown field `tool_prefix`"));
+}
+
+const FEDERATED: &str = r#"
+[[upstreams]]
+name = "legacy"
+url = "http://127.0.0.1:9000/mcp"
+
+[[upstreams]]
+name = "tsref"
+urls = ["http://127.0.0.1:9001/mcp", "http://127.0.0.1:9002/mcp"]
+
+[[routes]]
+path = "/mcp"
+members = ["legacy", "tsref"]
+rate_limit = { per_minute = 60 }
+replay_tools = ["tsref__slow"]
+"#;
+
+#[test]
+fn a_federated_route_has_a_route_per_member() {
+    let c = Config::from_toml(FEDERATED).unwrap();
+    let r = c.route_for(None, "/mcp").unwrap();
+    assert!(r.federated());
+    let members: Vec<(&str, &str, usize)> = r
+        .members
+        .iter()
+        .map(|m| (m.name.as_str(), m.route.id.as_str(), m.route.upstream.urls.len()))
+        .collect();
+    assert_eq!(members, [("legacy", "/mcp#legacy", 1), ("tsref", "/mcp#tsref", 2)]);
+    let tsref = &r.members[1].route;
+    assert_eq!(tsref.member_of.as_deref(), Some("/mcp"));
+    assert!(tsref.rate_limit.is_none(), "limits stay on the federated route");
+    assert_eq!(tsref.replay_tools, ["slow"], "replay tools by the member's own names");
+    assert!(!tsref.federated());
+    let table = check::routing_table(&c.routes);
+    assert!(table.contains("member legacy") && table.contains("member tsref"), "{table}");
+}
+
+#[test]
+fn member_names_and_duplicates_are_refused_naming_the_line() {
+    let bad = FEDERATED.replace("name = \"tsref\"", "name = \"TS.ref\"").replace("\"tsref\"]", "\"TS.ref\"]");
+    let err = Config::from_toml(&bad).unwrap_err().0;
+    assert!(err.contains("^[a-z][a-z0-9-]{0,15}$") && err.starts_with("line "), "{err}");
+
+    let twice = FEDERATED.replace("name = \"tsref\"", "name = \"legacy\"");
+    let err = Config::from_toml(&twice).unwrap_err().0;
+    assert!(err.starts_with("line 7:") && err.contains("duplicate upstream name `legacy`"), "{err}");
+
+    let both = FEDERATED.replace("members = [", "upstream = \"legacy\"\nmembers = [");
+    assert!(Config::from_toml(&both).unwrap_err().0.contains("either `upstream` or `members`"));
+    let none = FEDERATED.replace("members = [\"legacy\", \"tsref\"]", "members = []");
+    assert!(Config::from_toml(&none).unwrap_err().0.contains("at least one"));
+    let repeated = FEDERATED.replace("[\"legacy\", \"tsref\"]", "[\"legacy\", \"legacy\"]");
+    assert!(Config::from_toml(&repeated).unwrap_err().0.contains("listed twice"));
 }
 
 #[test]

@@ -9,6 +9,8 @@ pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilitie
 pub const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
 pub const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 pub const PROGRESS_TOKEN: &str = "progressToken";
+/// A result's `_meta` key for the server that answered it.
+pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 const RESERVED_PREFIX: &str = "io.modelcontextprotocol/";
 
 /// RFC 5424 severities, ordered.

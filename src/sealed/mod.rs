@@ -47,15 +47,19 @@ pub enum Purpose {
     UpstreamState,
     /// The JSON-RPC id of a question pushed to a legacy client.
     Question,
+    /// A federated route's pagination cursor: which members continue, with
+    /// which cursors of theirs.
+    FederatedCursor,
 }
 
 impl Purpose {
-    pub const ALL: [Purpose; 5] = [
+    pub const ALL: [Purpose; 6] = [
         Purpose::FlowState,
         Purpose::Cursor,
         Purpose::LegacySession,
         Purpose::UpstreamState,
         Purpose::Question,
+        Purpose::FederatedCursor,
     ];
 
     /// Bound into every blob of this purpose (format 2 and later).
@@ -66,6 +70,7 @@ impl Purpose {
             Purpose::LegacySession => b"sessionless-sealed\0legacy-session",
             Purpose::UpstreamState => b"sessionless-sealed\0upstream-request-state",
             Purpose::Question => b"sessionless-sealed\0legacy-question",
+            Purpose::FederatedCursor => b"sessionless-sealed\0federated-cursor",
         }
     }
 
@@ -80,6 +85,8 @@ impl Purpose {
             Purpose::LegacySession => 2048,
             Purpose::UpstreamState => 1 << 20,
             Purpose::Question => 1024,
+            // Each continuing member's cursor is itself sealed.
+            Purpose::FederatedCursor => 256 << 10,
         }
     }
 
@@ -87,7 +94,7 @@ impl Purpose {
     pub fn what(self) -> &'static str {
         match self {
             Purpose::FlowState | Purpose::UpstreamState => "requestState",
-            Purpose::Cursor => "cursor",
+            Purpose::Cursor | Purpose::FederatedCursor => "cursor",
             Purpose::LegacySession => "session id",
             Purpose::Question => "question id",
         }

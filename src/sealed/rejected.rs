@@ -90,7 +90,7 @@ impl Rejected {
         let family = match purpose {
             Purpose::FlowState | Purpose::UpstreamState => Some(&metrics.request_state_rejected),
             Purpose::LegacySession => Some(&metrics.session_tokens_rejected),
-            Purpose::Cursor | Purpose::Question => None,
+            Purpose::Cursor | Purpose::Question | Purpose::FederatedCursor => None,
         };
         if let Some(family) = family {
             family.get_or_create(&ReasonLabels { route: route.to_string(), reason: self.reason() }).inc();
@@ -105,7 +105,9 @@ impl Rejected {
         let message = match purpose {
             Purpose::LegacySession => return Error::SessionNotFound,
             Purpose::FlowState | Purpose::UpstreamState => self.state_message().to_string(),
-            Purpose::Cursor | Purpose::Question => format!("invalid {}", purpose.what()),
+            Purpose::Cursor | Purpose::Question | Purpose::FederatedCursor => {
+                format!("invalid {}", purpose.what())
+            }
         };
         Error::InvalidParams { message, data: Some(json!({"reason": self.reason()})) }
     }

@@ -70,6 +70,7 @@ probe!(CursorProbe, Purpose::Cursor);
 probe!(SessionProbe, Purpose::LegacySession);
 probe!(UpstreamProbe, Purpose::UpstreamState);
 probe!(QuestionProbe, Purpose::Question);
+probe!(FederatedCursorProbe, Purpose::FederatedCursor);
 
 const EXPECT: Expect<'static> =
     Expect { route: "/mcp", principal: "alice", method: "tools/call", now_ms: 1_000 };
@@ -83,6 +84,7 @@ fn opens_as(blob: &str, purpose: Purpose) -> Result<(), Rejected> {
         Purpose::LegacySession => Sealed::<SessionProbe>::open(&s, blob, &EXPECT).map(drop),
         Purpose::UpstreamState => Sealed::<UpstreamProbe>::open(&s, blob, &EXPECT).map(drop),
         Purpose::Question => Sealed::<QuestionProbe>::open(&s, blob, &EXPECT).map(drop),
+        Purpose::FederatedCursor => Sealed::<FederatedCursorProbe>::open(&s, blob, &EXPECT).map(drop),
     }
 }
 
@@ -94,6 +96,7 @@ fn sealed_as(purpose: Purpose) -> String {
         Purpose::LegacySession => Sealed::seal(&s, &SessionProbe::new()),
         Purpose::UpstreamState => Sealed::seal(&s, &UpstreamProbe::new()),
         Purpose::Question => Sealed::seal(&s, &QuestionProbe::new()),
+        Purpose::FederatedCursor => Sealed::seal(&s, &FederatedCursorProbe::new()),
     }
     .unwrap()
 }

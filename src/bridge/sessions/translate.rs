@@ -9,7 +9,7 @@ use crate::config::Route;
 use crate::error::{code, Error};
 use crate::front::Method;
 
-pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+pub use crate::front::SERVER_INFO;
 
 /// Shapes a legacy result for a modern client.
 pub fn result(

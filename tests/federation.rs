@@ -1,0 +1,279 @@
+//! Federated routes (DESIGN §11): one endpoint for many upstreams, each
+//! member's tools and prompts under `<member>__<name>`, its resources under
+//! `<member>+<uri>`; lists merged with sealed cursors; calls reaching the
+//! member with the original name, through the member's own upstream half
+//! (a legacy member's questions become rounds); a member that is down left
+//! out of lists and named in errors.
+
+mod support;
+
+use serde_json::{json, Value};
+use sessionless::config::Config;
+use support::legacy::{Legacy, LEGACY};
+use support::{Answer, FakeUpstream, Gateway, ModernRequest};
+
+/// The demo server of `generation` on 127.0.0.1:0, stopped with the test's runtime.
+async fn demo(generation: sessionless::demo::Generation) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(sessionless::demo::serve_generation(listener, std::future::pending(), generation));
+    url
+}
+
+/// A federated route at `/mcp` over `members` (name, URL, generation).
+async fn federated(members: &[(&str, &str, &str)], route_keys: &str) -> Gateway {
+    let mut toml = String::new();
+    for (name, url, generation) in members {
+        toml.push_str(&format!(
+            "[[upstreams]]\nname = \"{name}\"\nurl = \"{url}\"\ngeneration = \"{generation}\"\n\n"
+        ));
+    }
+    let names: Vec<String> = members.iter().map(|(n, _, _)| format!("\"{n}\"")).collect();
+    toml.push_str(&format!("[[routes]]\npath = \"/mcp\"\nmembers = [{}]\n{route_keys}\n", names.join(", ")));
+    Gateway::with_config(Config::from_toml(&toml).expect("valid federated config")).await
+}
+
+async fn both_demos() -> Gateway {
+    let legacy = demo(sessionless::demo::Generation::Legacy).await;
+    let modern = demo(sessionless::demo::Generation::Modern).await;
+    federated(&[("legacy", &legacy, "legacy"), ("modern", &modern, "modern")], "").await
+}
+
+fn names(result: &Value, key: &str, field: &str) -> Vec<String> {
+    result[key].as_array().unwrap().iter().map(|i| i[field].as_str().unwrap().to_string()).collect()
+}
+
+fn call(gw: &Gateway, tool: &str, args: Value) -> ModernRequest {
+    gw.request("tools/call").params(json!({"name": tool, "arguments": args}))
+}
+
+#[tokio::test]
+async fn every_members_tools_under_their_prefix_and_calls_reach_the_original() {
+    let gw = both_demos().await;
+
+    let list = gw.request("tools/list").send().await;
+    assert_eq!(list.status, 200, "{}", list.raw);
+    let tools = names(list.result(), "tools", "name");
+    for t in ["legacy__echo", "legacy__ask_user", "modern__echo"] {
+        assert!(tools.contains(&t.to_string()), "{t} in {tools:?}");
+    }
+    assert!(tools.iter().all(|t| t.starts_with("legacy__") || t.starts_with("modern__")), "{tools:?}");
+    assert_eq!(list.result()["resultType"], "complete");
+    assert!(list.result().get("nextCursor").is_none(), "one page each: {}", list.raw);
+
+    for member in ["legacy", "modern"] {
+        let echo =
+            call(&gw, &format!("{member}__echo"), json!({"text": format!("hi {member}")})).send().await;
+        assert_eq!(echo.status, 200, "{}", echo.raw);
+        assert_eq!(echo.result()["content"][0]["text"], format!("hi {member}"), "{}", echo.raw);
+    }
+
+    let unknown = call(&gw, "nobody__echo", json!({"text": "x"})).send().await;
+    unknown.assert_error(400, -32602, &json!(1));
+    let bare = call(&gw, "echo", json!({"text": "x"})).send().await;
+    bare.assert_error(400, -32602, &json!(1));
+}
+
+#[tokio::test]
+async fn prompts_and_resources_carry_their_member() {
+    let gw = both_demos().await;
+
+    let resources = gw.request("resources/list").send().await;
+    let uris = names(resources.result(), "resources", "uri");
+    assert!(!uris.is_empty(), "{}", resources.raw);
+    assert!(uris.iter().all(|u| u.starts_with("legacy+") || u.starts_with("modern+")), "{uris:?}");
+    let uri = uris.iter().find(|u| u.starts_with("legacy+")).expect("a legacy resource").clone();
+    let read = gw.request("resources/read").params(json!({"uri": uri})).send().await;
+    assert_eq!(read.status, 200, "{}", read.raw);
+    let contents = read.result()["contents"].as_array().expect("contents");
+    assert_eq!(contents[0]["uri"], uri, "the read's URI is advertised too: {}", read.raw);
+
+    let prompts = gw.request("prompts/list").send().await;
+    let listed = names(prompts.result(), "prompts", "name");
+    assert!(listed.contains(&"legacy__greet".to_string()), "{listed:?}");
+    let got = gw
+        .request("prompts/get")
+        .params(json!({"name": "legacy__greet", "arguments": {"name": "x"}}))
+        .send()
+        .await;
+    assert_eq!(got.status, 200, "{}", got.raw);
+    assert!(got.result()["messages"].is_array(), "{}", got.raw);
+}
+
+#[tokio::test]
+async fn discover_merges_capabilities_and_keeps_each_members_instructions() {
+    let gw = both_demos().await;
+    let found = gw.request("server/discover").send().await;
+    assert_eq!(found.status, 200, "{}", found.raw);
+    let r = found.result();
+    assert!(r["capabilities"]["tools"].is_object(), "{}", found.raw);
+    assert!(r["supportedVersions"].as_array().unwrap().contains(&json!("2026-07-28")));
+    assert_eq!(r["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "sessionless");
+}
+
+#[tokio::test]
+async fn a_legacy_members_question_is_a_round_answered_by_the_retry() {
+    let gw = both_demos().await;
+    let caps = json!({"elicitation": {}});
+    let params = json!({"name": "legacy__ask_user", "arguments": {"question": "colour?"}});
+    let first = gw.request("tools/call").params(params.clone()).capabilities(caps.clone()).send().await;
+    assert_eq!(first.status, 200, "{}", first.raw);
+    let round = first.result().clone();
+    assert_eq!(round["resultType"], "input_required", "{}", first.raw);
+    let key = round["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
+
+    let mut retry = params;
+    retry["requestState"] = round["requestState"].clone();
+    retry["inputResponses"] = json!({&key: {"action": "accept", "content": {"answer": "blue"}}});
+    let done = gw.request("tools/call").id(json!(2)).params(retry).capabilities(caps).send().await;
+    assert_eq!(done.status, 200, "{}", done.raw);
+    assert_eq!(done.result()["resultType"], "complete", "{}", done.raw);
+    assert!(done.raw.contains("blue"), "the answer reached the member: {}", done.raw);
+}
+
+#[tokio::test]
+async fn a_member_that_is_down_is_left_out_and_named() {
+    let legacy = demo(sessionless::demo::Generation::Legacy).await;
+    let closed = support::closed_port_url().await;
+    let gw = federated(&[("legacy", &legacy, "legacy"), ("gone", &closed, "legacy")], "").await;
+
+    let list = gw.request("tools/list").send().await;
+    assert_eq!(list.status, 200, "{}", list.raw);
+    let tools = names(list.result(), "tools", "name");
+    assert!(tools.contains(&"legacy__echo".to_string()), "{tools:?}");
+    assert!(tools.iter().all(|t| !t.starts_with("gone__")), "{tools:?}");
+
+    // What an unreachable single upstream gets: 502, or 503 once its
+    // breaker has opened (the list above found it down).
+    let failed = call(&gw, "gone__echo", json!({"text": "x"})).send().await;
+    assert!(matches!(failed.status.as_u16(), 502 | 503), "{}", failed.raw);
+    assert_eq!(failed.body["error"]["data"]["member"], "gone", "{}", failed.raw);
+    let (_, metrics) = gw.get("/metrics").await;
+    assert!(
+        metrics.contains(r#"sessionless_federation_member_up{route="/mcp",member="gone"} 0"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"sessionless_federation_member_up{route="/mcp",member="legacy"} 1"#),
+        "{metrics}"
+    );
+}
+
+/// A fake member whose tool list comes in pages of one, with a name no
+/// strict client accepts.
+fn paged_member() -> FakeUpstream {
+    FakeUpstream::new().on_fn("tools/list", |msg| {
+        let page = |name: &str, next: Option<&str>| {
+            let mut r = json!({"tools": [{"name": name, "inputSchema": {"type": "object"}}]});
+            if let Some(n) = next {
+                r["nextCursor"] = json!(n);
+            }
+            Answer::Result(r)
+        };
+        match msg["params"]["cursor"].as_str() {
+            None => page("files.read", Some("p2")),
+            Some("p2") => page("second", Some("p3")),
+            _ => page("third", None),
+        }
+    })
+}
+
+#[tokio::test]
+async fn pages_of_every_member_come_once_each_under_sealed_cursors() {
+    let paged = paged_member().on("tools/call", Answer::Result(json!({"content": []}))).start().await;
+    let legacy = demo(sessionless::demo::Generation::Legacy).await;
+    let gw = federated(&[("paged", paged.url(), "legacy"), ("legacy", &legacy, "legacy")], "").await;
+
+    let mut seen = Vec::new();
+    let mut cursor: Option<Value> = None;
+    for _ in 0..10 {
+        let params = cursor.take().map_or(json!({}), |c| json!({"cursor": c}));
+        let page = gw.request("tools/list").params(params).send().await;
+        assert_eq!(page.status, 200, "{}", page.raw);
+        seen.extend(names(page.result(), "tools", "name"));
+        cursor = page.result().get("nextCursor").cloned();
+        if cursor.is_none() {
+            break;
+        }
+    }
+    let paged_tools: Vec<&String> = seen.iter().filter(|t| t.starts_with("paged__")).collect();
+    assert_eq!(paged_tools.len(), 3, "{seen:?}");
+    let mut unique = seen.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), seen.len(), "every item once: {seen:?}");
+    let strict = regex_lite(&seen);
+    assert!(strict, "every name matches ^[A-Za-z0-9_-]{{1,64}}$: {seen:?}");
+
+    // The shortened name reaches the member as its original.
+    let shortened = seen.iter().find(|t| t.starts_with("paged__files_read-")).expect("shortened").clone();
+    let called = call(&gw, &shortened, json!({})).send().await;
+    assert_eq!(called.status, 200, "{}", called.raw);
+    let sent = paged.calls("tools/call");
+    assert_eq!(sent.last().unwrap().body["params"]["name"], "files.read", "{}", paged.dump());
+
+    let tampered = gw.request("tools/list").params(json!({"cursor": "not-a-cursor"})).send().await;
+    tampered.assert_error(400, -32602, &json!(1));
+}
+
+fn regex_lite(names: &[String]) -> bool {
+    names.iter().all(|n| {
+        (1..=64).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    })
+}
+
+#[tokio::test]
+async fn a_cursor_from_another_member_set_is_refused() {
+    let paged = paged_member().start().await;
+    let legacy = demo(sessionless::demo::Generation::Legacy).await;
+    let gw = federated(&[("paged", paged.url(), "legacy"), ("legacy", &legacy, "legacy")], "").await;
+    let first = gw.request("tools/list").send().await;
+    let cursor = first.result()["nextCursor"].clone();
+    assert!(cursor.is_string(), "{}", first.raw);
+
+    // Same keys, other members: a fresh gateway on a route of one member.
+    let other = federated(&[("paged", paged.url(), "legacy")], "").await;
+    let refused = other.request("tools/list").params(json!({"cursor": cursor})).send().await;
+    refused.assert_error(400, -32602, &json!(1));
+}
+
+#[tokio::test]
+async fn rules_name_advertised_tools() {
+    let gw = {
+        let legacy = demo(sessionless::demo::Generation::Legacy).await;
+        let modern = demo(sessionless::demo::Generation::Modern).await;
+        let rules = "[[routes.rules]]\neffect = \"deny\"\ntools = [\"legacy__*\"]\n";
+        federated(&[("legacy", &legacy, "legacy"), ("modern", &modern, "modern")], rules).await
+    };
+    let list = gw.request("tools/list").send().await;
+    let tools = names(list.result(), "tools", "name");
+    assert!(tools.iter().all(|t| !t.starts_with("legacy__")), "{tools:?}");
+    assert!(tools.contains(&"modern__echo".to_string()), "{tools:?}");
+    let denied = call(&gw, "legacy__echo", json!({"text": "x"})).send().await;
+    assert_eq!(denied.status, 403, "{}", denied.raw);
+}
+
+#[tokio::test]
+async fn a_legacy_client_on_a_federated_route_is_translated() {
+    let gw = both_demos().await;
+    let client = Legacy::new(&gw);
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "old", "version": "1"}}});
+    let init = client.post(None, init.to_string()).await;
+    assert_eq!(init.status, 200, "{}", init.raw);
+    let session = init.header("mcp-session-id").expect("a session id").to_string();
+
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}});
+    let list = client.post(Some(&session), list.to_string()).await;
+    assert_eq!(list.status, 200, "{}", list.raw);
+    let tools = names(list.result(), "tools", "name");
+    assert!(tools.contains(&"legacy__echo".to_string()) && tools.contains(&"modern__echo".to_string()));
+
+    for member in ["legacy", "modern"] {
+        let echo = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": format!("{member}__echo"), "arguments": {"text": member}}});
+        let echo = client.post(Some(&session), echo.to_string()).await;
+        assert_eq!(echo.status, 200, "{}", echo.raw);
+        assert_eq!(echo.result()["content"][0]["text"], member, "{}", echo.raw);
+    }
+}
