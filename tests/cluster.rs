@@ -184,6 +184,42 @@ async fn a_retry_on_the_other_replica_is_forwarded_to_the_owner_and_completes() 
     assert_eq!(answers_of(&up, 1).len(), 1, "replays never reach the upstream");
 }
 
+#[tokio::test]
+async fn a_retry_on_a_federated_route_reaches_the_owner_of_its_members_flow() {
+    let up = asking(false, 0).start().await;
+    let env = ClusterEnv::new("federated");
+    let replica = |name: &str| {
+        let mut config = env.replica(name, up.url()).upstream("generation = \"legacy\"");
+        config.extra = "[[routes]]\npath = \"/fed\"\nmembers = [\"up\"]\n".into();
+        config
+    };
+    let a = Replica::start(&replica("gw-a")).await;
+    let b = Replica::start(&replica("gw-b")).await;
+    let advertised = |flow: u64| json!({"name": "up__weather", "arguments": {"flow": flow}});
+
+    let first =
+        a.request_to("/fed", "tools/call").id(json!(11)).params(advertised(1)).capabilities(elicitation());
+    let (state, key) = round_of(&first.send().await, "round 1 on gw-a's federated route");
+    assert_eq!(a.metric(PARKED).await, 1.0, "parked on the replica of round 1");
+
+    let mut params = advertised(1);
+    params["requestState"] = json!(state);
+    params["inputResponses"] = json!({&key: answer(1)});
+    let done = b
+        .request_to("/fed", "tools/call")
+        .id(json!(12))
+        .params(params)
+        .capabilities(elicitation())
+        .send()
+        .await;
+
+    assert_done(&done, 1, "the retry through gw-b's federated route");
+    assert_answered_once_on_round1_session(&up, 1);
+    assert_eq!(calls_of(&up, 1)[0].body["params"]["name"], "weather", "the member saw its own name");
+    assert_eq!(a.metric(PARKED).await, 0.0);
+    assert_eq!(b.metric_where(REQUESTS, "outcome=\"forwarded\"").await, 1.0, "gw-b forwarded it");
+}
+
 /// Round 1 of `n` flows alternating over the two replicas (concurrently),
 /// then every retry on the other replica (concurrently).
 async fn alternating_flows(a: &Replica, b: &Replica, n: u64) -> Vec<Reply> {

@@ -111,21 +111,48 @@ async fn discover_merges_capabilities_and_keeps_each_members_instructions() {
     assert_eq!(r["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "sessionless");
 }
 
-#[tokio::test]
-async fn a_legacy_members_question_is_a_round_answered_by_the_retry() {
-    let gw = both_demos().await;
+/// Asks `member`'s `ask_user` and answers its round with `answer`: the
+/// retry's result.
+async fn ask_and_answer(gw: &Gateway, member: &str, answer: &str) -> support::Reply {
     let caps = json!({"elicitation": {}});
-    let params = json!({"name": "legacy__ask_user", "arguments": {"question": "colour?"}});
+    let params = json!({"name": format!("{member}__ask_user"), "arguments": {"question": "colour?"}});
     let first = gw.request("tools/call").params(params.clone()).capabilities(caps.clone()).send().await;
     assert_eq!(first.status, 200, "{}", first.raw);
     let round = first.result().clone();
     assert_eq!(round["resultType"], "input_required", "{}", first.raw);
     let key = round["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
-
     let mut retry = params;
     retry["requestState"] = round["requestState"].clone();
-    retry["inputResponses"] = json!({&key: {"action": "accept", "content": {"answer": "blue"}}});
-    let done = gw.request("tools/call").id(json!(2)).params(retry).capabilities(caps).send().await;
+    retry["inputResponses"] = json!({&key: {"action": "accept", "content": {"answer": answer}}});
+    gw.request("tools/call").id(json!(2)).params(retry).capabilities(caps).send().await
+}
+
+#[tokio::test]
+async fn a_2026_members_question_is_a_round_answered_by_the_retry() {
+    let gw = both_demos().await;
+    let done = ask_and_answer(&gw, "modern", "green").await;
+    assert_eq!(done.status, 200, "{}", done.raw);
+    assert_eq!(done.result()["resultType"], "complete", "{}", done.raw);
+    assert!(done.raw.contains("green"), "the answer reached the member: {}", done.raw);
+}
+
+#[tokio::test]
+async fn completion_references_name_their_member() {
+    let gw = both_demos().await;
+    let params = json!({"ref": {"type": "ref/prompt", "name": "legacy__greet"},
+        "argument": {"name": "name", "value": "A"}});
+    let done = gw.request("completion/complete").params(params).send().await;
+    assert_eq!(done.status, 200, "{}", done.raw);
+    assert!(done.result()["completion"]["values"].is_array(), "{}", done.raw);
+    let unknown =
+        json!({"ref": {"type": "ref/prompt", "name": "greet"}, "argument": {"name": "n", "value": ""}});
+    gw.request("completion/complete").params(unknown).send().await.assert_error(400, -32602, &json!(1));
+}
+
+#[tokio::test]
+async fn a_legacy_members_question_is_a_round_answered_by_the_retry() {
+    let gw = both_demos().await;
+    let done = ask_and_answer(&gw, "legacy", "blue").await;
     assert_eq!(done.status, 200, "{}", done.raw);
     assert_eq!(done.result()["resultType"], "complete", "{}", done.raw);
     assert!(done.raw.contains("blue"), "the answer reached the member: {}", done.raw);

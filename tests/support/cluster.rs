@@ -270,7 +270,12 @@ impl Replica {
 
     /// A modern request to this replica's `/mcp`.
     pub fn request(&self, method: &str) -> ModernRequest {
-        ModernRequest::new(self.client.clone(), self.url("/mcp"), method)
+        self.request_to("/mcp", method)
+    }
+
+    /// A modern request to this replica's `path`.
+    pub fn request_to(&self, path: &str, method: &str) -> ModernRequest {
+        ModernRequest::new(self.client.clone(), self.url(path), method)
     }
 
     /// Sends a hand-made request and reads the whole answer.
