@@ -182,6 +182,18 @@ def legacy_question(addr):
     conn.close()
 
 
+def federated(addr):
+    """A federated route: the merged list, and a call to each member's tool."""
+    status, msg, text = modern(addr, "/all", "tools/list")
+    names = [t.get("name") for t in (msg or {}).get("result", {}).get("tools", [])]
+    if status != 200 or "legacy__echo" not in names or "modern__echo" not in names:
+        fail("/all tools/list", f"HTTP {status}: {text[:300]}")
+    for member in ("legacy", "modern"):
+        msg = call(addr, "/all", f"{member}__echo", {"text": member})
+        if msg.get("result", {}).get("content", [{}])[0].get("text") != member:
+            fail(f"/all {member}__echo", f"unexpected answer: {msg}")
+
+
 def stale_header(addr):
     status, _, text = modern(addr, "/mcp", "tools/list", headers={"Mcp-Session-Id": "stale"})
     if status != 200:
@@ -262,6 +274,7 @@ def main():
         forged_state(addr)
         leave_mid_call(addr)
         listen(addr)
+        federated(addr)
         stale_header(addr)
         legacy_calls(addr)
         legacy_question(addr)

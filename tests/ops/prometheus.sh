@@ -112,6 +112,10 @@ path = "/private"
 upstream = "legacy"
 auth = "machines"
 
+[[routes]]
+path = "/all"                    # federated: both demo servers behind one endpoint
+members = ["legacy", "modern"]
+
 [limits]
 parked_flow_ttl_ms = 1500          # the paused calls load.py abandons expire
 max_parked_flows_per_principal = 2
