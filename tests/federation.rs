@@ -60,6 +60,8 @@ async fn every_members_tools_under_their_prefix_and_calls_reach_the_original() {
     assert!(tools.iter().all(|t| t.starts_with("legacy__") || t.starts_with("modern__")), "{tools:?}");
     assert_eq!(list.result()["resultType"], "complete");
     assert!(list.result().get("nextCursor").is_none(), "one page each: {}", list.raw);
+    assert!(list.result()["ttlMs"].is_u64(), "{}", list.raw);
+    assert_eq!(list.result()["cacheScope"], "private", "{}", list.raw);
 
     for member in ["legacy", "modern"] {
         let echo =
@@ -109,6 +111,7 @@ async fn discover_merges_capabilities_and_keeps_each_members_instructions() {
     assert!(r["capabilities"]["tools"].is_object(), "{}", found.raw);
     assert!(r["supportedVersions"].as_array().unwrap().contains(&json!("2026-07-28")));
     assert_eq!(r["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "sessionless");
+    assert!(r["ttlMs"].is_u64() && r["cacheScope"].is_string(), "cacheable: {}", found.raw);
 }
 
 /// Asks `member`'s `ask_user` and answers its round with `answer`: the

@@ -25,6 +25,8 @@
 #   rr      each legacy client alone against each upstream, through the forwarder
 #   translated  both legacy clients against py-legacy on a route that translates them
 #           onto the gateway's pooled upstream sessions (legacy_clients = "translate")
+#   federated  all four clients on a federated route (members py and everything), one
+#           profile per member with every name prefixed (federated-py, federated-everything)
 #   mixed   per upstream, all four clients at the same time on the same forwarder
 #   then    every legacy session with several requests was served by both replicas, both
 #           replicas relayed legacy requests, and no session id was refused except as
@@ -120,6 +122,11 @@ upstream = "py-translated"
 path = "/everything"
 upstream = "everything"
 
+# Both servers behind one endpoint: tools as py__echo, everything__echo, …
+[[routes]]
+path = "/fed"
+members = ["py", "everything"]
+
 [[keys]]
 id = "interop-legacy"
 env = "SESSIONLESS_INTEROP_KEY"
@@ -173,6 +180,20 @@ spawn "translated-legacy-py" "$PY_LEGACY" tests/interop/legacy_client.py --url "
 collect "translated-legacy-py" translated
 spawn "translated-legacy-ts" "$NODE" tests/interop/legacy_ts_client.mjs --url "$url" --upstream py-legacy-translated --label "legacy-ts/py-legacy-translated"
 collect "translated-legacy-ts" translated
+
+# ---------------------------------------------------------------- federated: one endpoint, both servers
+
+# Every client generation on a federated route through both replicas: each profile
+# exercises one member under its prefixed names (the other member's tools listed beside).
+url="http://127.0.0.1:$RR/fed"
+for member in py everything; do
+  up="federated-$member"
+  spawn "fed-legacy-py-$member" "$PY_LEGACY" tests/interop/legacy_client.py --url "$url" --upstream "$up" --label "legacy-py/$up"
+  spawn "fed-legacy-ts-$member" "$NODE" tests/interop/legacy_ts_client.mjs --url "$url" --upstream "$up" --label "legacy-ts/$up"
+  spawn "fed-py-$member" "$PY_MODERN" tests/interop/py_client.py --url "$url" --upstream "$up" --mrtr
+  spawn "fed-ts-$member" "$NODE" tests/interop/ts_client.mjs --url "$url" --upstream "$up" --mrtr
+  for c in legacy-py legacy-ts py ts; do collect "fed-$c-$member" federated; done
+done
 
 # ---------------------------------------------------------------- mixed: legacy and modern at once
 

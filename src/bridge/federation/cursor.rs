@@ -94,8 +94,7 @@ pub fn seal(
     call: &Call,
     caller: &Caller,
     next: Vec<(String, String)>,
-    ttl_ms: Option<u64>,
-    private: bool,
+    cache: super::Cache,
 ) -> Result<String, Error> {
     let claims = FederatedCursor {
         route: target.route.id.clone(),
@@ -104,8 +103,8 @@ pub fn seal(
         members: member_set(target),
         expires_ms: sealed::now_ms() + LIFETIME_MS,
         next,
-        ttl_ms,
-        private,
+        ttl_ms: cache.ttl_ms,
+        private: cache.private,
     };
     Sealed::seal(sealer, &claims)
         .map_err(|_| Error::UpstreamInvalid("the members' cursors are too long to carry"))

@@ -273,7 +273,7 @@ impl<L: UpstreamHalf, M: UpstreamHalf> Federation<L, M> {
                             None => return cursor::stale().into(),
                         }
                     }
-                    (asks, Some((opened.ttl_ms, opened.private)))
+                    (asks, Some(Cache { ttl_ms: opened.ttl_ms, private: opened.private }))
                 }
             },
         };
@@ -298,11 +298,8 @@ impl<L: UpstreamHalf, M: UpstreamHalf> Federation<L, M> {
         let pages = futures_util::future::join_all(pages).await;
         let mut items = Vec::new();
         let mut next = Vec::new();
-        let (mut ttl_ms, mut private) = match cache {
-            Some((ttl, private)) => (ttl, private),
-            None => (None, false),
-        };
         let first = cache.is_none();
+        let mut cache = cache.unwrap_or_default();
         for (member, outcome) in pages {
             let page = match outcome {
                 Outcome::Complete(page) => page.into_tree(),
@@ -320,10 +317,7 @@ impl<L: UpstreamHalf, M: UpstreamHalf> Federation<L, M> {
             let Ok(mut page) = page else { continue };
             self.learn(member, call.method, &page);
             if first {
-                if let Some(ttl) = page.get("ttlMs").and_then(Value::as_u64) {
-                    ttl_ms = Some(ttl_ms.map_or(ttl, |t: u64| t.min(ttl)));
-                }
-                private |= page.get("cacheScope").and_then(Value::as_str) == Some("private");
+                cache.take(&page);
             }
             if let Some(Value::String(c)) = page.remove("nextCursor") {
                 next.push((member.name.clone(), c));
@@ -335,19 +329,13 @@ impl<L: UpstreamHalf, M: UpstreamHalf> Federation<L, M> {
         let mut result = Map::new();
         result.insert(key.into(), Value::Array(items));
         if !next.is_empty() {
-            let sealed = cursor::seal(&self.services.sealer, target, &call, caller, next, ttl_ms, private);
-            match sealed {
+            match cursor::seal(&self.services.sealer, target, &call, caller, next, cache) {
                 Ok(c) => result.insert("nextCursor".into(), Value::String(c)),
                 Err(e) => return e.into(),
             };
         }
         result.insert("resultType".into(), json!("complete"));
-        if let Some(ttl) = ttl_ms {
-            result.insert("ttlMs".into(), json!(ttl));
-        }
-        if ttl_ms.is_some() || private {
-            result.insert("cacheScope".into(), json!(if private { "private" } else { "public" }));
-        }
+        cache.write(&mut result);
         if let Some(view) = &caller.access {
             view.filter(call.method.as_str(), &mut result);
         }
@@ -369,11 +357,13 @@ impl<L: UpstreamHalf, M: UpstreamHalf> Federation<L, M> {
         });
         let mut capabilities = Map::new();
         let mut instructions = Vec::new();
+        let mut cache = Cache::default();
         let mut answered = 0;
         for (member, found) in futures_util::future::join_all(asks).await {
             let Ok(Outcome::Complete(found)) = found else { continue };
             let Ok(found) = found.into_tree() else { continue };
             answered += 1;
+            cache.take(&found);
             if let Some(Value::Object(caps)) = found.get("capabilities") {
                 merge_capabilities(&mut capabilities, caps);
             }
@@ -391,6 +381,7 @@ impl<L: UpstreamHalf, M: UpstreamHalf> Federation<L, M> {
             result.insert("instructions".into(), json!(instructions.join("\n\n")));
         }
         result.insert("resultType".into(), json!("complete"));
+        cache.write(&mut result);
         result.insert(
             "_meta".into(),
             json!({crate::front::SERVER_INFO: {"name": "sessionless", "version": env!("CARGO_PKG_VERSION")}}),
@@ -414,6 +405,30 @@ impl<L: UpstreamHalf, M: UpstreamHalf> UpstreamHalf for Federation<L, M> {
         _hold: Box<dyn std::any::Any + Send + Sync>,
     ) -> Result<Response<Body>, Error> {
         Err(Error::MethodNotAllowed)
+    }
+}
+
+/// A merged result's cache fields: the smallest `ttlMs` of the members',
+/// `private` if any member's is (or none said).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Cache {
+    pub ttl_ms: Option<u64>,
+    pub private: bool,
+}
+
+impl Cache {
+    /// Takes in one member's result.
+    fn take(&mut self, result: &Map<String, Value>) {
+        if let Some(ttl) = result.get("ttlMs").and_then(Value::as_u64) {
+            self.ttl_ms = Some(self.ttl_ms.map_or(ttl, |t| t.min(ttl)));
+        }
+        self.private |= result.get("cacheScope").and_then(Value::as_str) != Some("public");
+    }
+
+    fn write(self, result: &mut Map<String, Value>) {
+        result.insert("ttlMs".into(), json!(self.ttl_ms.unwrap_or(0)));
+        let scope = if self.private || self.ttl_ms.is_none() { "private" } else { "public" };
+        result.insert("cacheScope".into(), json!(scope));
     }
 }
 
