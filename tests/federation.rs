@@ -307,3 +307,19 @@ async fn a_legacy_client_on_a_federated_route_is_translated() {
         assert_eq!(echo.result()["content"][0]["text"], member, "{}", echo.raw);
     }
 }
+
+#[tokio::test]
+async fn unknown_shortened_names_cannot_make_every_call_walk_a_members_list() {
+    let paged = paged_member().on("tools/call", Answer::Result(json!({"content": []}))).start().await;
+    let gw = federated(&[("paged", paged.url(), "legacy")], "").await;
+    for i in 0..5 {
+        // Shaped like a shortened name, held by no list.
+        let name = format!("paged__nothing-{:08x}", 0xabc0 + i);
+        let called = call(&gw, &name, json!({})).send().await;
+        assert_eq!(called.status, 200, "{}", called.raw);
+    }
+    assert_eq!(paged.calls("tools/list").len(), 3, "one walk of the three pages: {}", paged.dump());
+    let sent: Vec<Value> =
+        paged.calls("tools/call").iter().map(|c| c.body["params"]["name"].clone()).collect();
+    assert_eq!(sent[0], "nothing-0000abc0", "an unknown name is its own original: {sent:?}");
+}

@@ -34,6 +34,10 @@ use http::Response;
 const MAX_RESOLVED: usize = 10_000;
 /// Pages of a member's list read to resolve a shortened name.
 const MAX_RESOLVE_PAGES: usize = 20;
+/// After a member's list was read to resolve a name, how long a name it did
+/// not hold is taken as plain without reading the list again: a caller
+/// cannot make every call of an unknown name cost a walk of the list.
+const RESOLVE_AGAIN_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// One endpoint for many upstreams, over the two upstream halves.
 pub struct Federation<L, M> {
@@ -44,6 +48,8 @@ pub struct Federation<L, M> {
     services: Arc<Services>,
     /// (member route id, advertised name) → original name.
     resolved: Mutex<HashMap<(String, String), String>>,
+    /// (member route id, list method) → when its list was last read to resolve a name.
+    read_for_names: Mutex<HashMap<(String, Method), std::time::Instant>>,
 }
 
 /// What a list method lists: the array's key and the field naming an item.
@@ -66,7 +72,13 @@ enum Field {
 
 impl<L: UpstreamHalf, M: UpstreamHalf> Federation<L, M> {
     pub fn new(legacy: Arc<L>, modern: Arc<M>, services: Arc<Services>) -> Federation<L, M> {
-        Federation { legacy, modern, services, resolved: Mutex::new(HashMap::new()) }
+        Federation {
+            legacy,
+            modern,
+            services,
+            resolved: Mutex::new(HashMap::new()),
+            read_for_names: Mutex::new(HashMap::new()),
+        }
     }
 
     async fn run(&self, target: &Target, call: Call, caller: &Caller, notes: &mut Reply) -> Outcome {
@@ -130,8 +142,17 @@ impl<L: UpstreamHalf, M: UpstreamHalf> Federation<L, M> {
         if let Some(original) = self.resolved.lock().expect("resolved lock").get(&key) {
             return Some((member, original.clone()));
         }
-        // Not seen in a list yet: read the member's list as this caller would.
+        // Not seen in a list yet: read the member's list as this caller
+        // would, unless it was read lately.
         let list = if call.method == Method::ToolsCall { Method::ToolsList } else { Method::PromptsList };
+        {
+            let mut read = self.read_for_names.lock().expect("read_for_names lock");
+            let now = std::time::Instant::now();
+            read.retain(|_, at| now.duration_since(*at) < RESOLVE_AGAIN_AFTER);
+            if read.insert((member.target.route.id.clone(), list), now).is_some() {
+                return Some((member, rest.to_string()));
+            }
+        }
         let mut cursor: Option<Value> = None;
         for _ in 0..MAX_RESOLVE_PAGES {
             let mut ask = list_call(call, list, cursor.take());
