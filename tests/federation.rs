@@ -312,14 +312,56 @@ async fn a_legacy_client_on_a_federated_route_is_translated() {
 async fn unknown_shortened_names_cannot_make_every_call_walk_a_members_list() {
     let paged = paged_member().on("tools/call", Answer::Result(json!({"content": []}))).start().await;
     let gw = federated(&[("paged", paged.url(), "legacy")], "").await;
+    let mut walks = Vec::new();
     for i in 0..5 {
         // Shaped like a shortened name, held by no list.
         let name = format!("paged__nothing-{:08x}", 0xabc0 + i);
         let called = call(&gw, &name, json!({})).send().await;
         assert_eq!(called.status, 200, "{}", called.raw);
+        walks.push(paged.calls("tools/list").len());
     }
-    assert_eq!(paged.calls("tools/list").len(), 3, "one walk of the three pages: {}", paged.dump());
+    // The first call reads the list twice: to resolve the name, and for the
+    // tools' Mcp-Param annotations (cached); later calls read nothing.
+    assert_eq!(walks, [6, 6, 6, 6, 6], "{}", paged.dump());
     let sent: Vec<Value> =
         paged.calls("tools/call").iter().map(|c| c.body["params"]["name"].clone()).collect();
     assert_eq!(sent[0], "nothing-0000abc0", "an unknown name is its own original: {sent:?}");
+}
+
+/// A member whose `regional` tool's `region` argument must be mirrored in
+/// `Mcp-Param-Region`; `stateless`: it keeps no sessions (a 2026 server).
+async fn regional_member(stateless: bool) -> support::Upstream {
+    let fake = if stateless { FakeUpstream::new().without_session_ids() } else { FakeUpstream::new() };
+    fake.on(
+        "tools/list",
+        Answer::Result(json!({"tools": [{"name": "regional", "inputSchema": {
+                "type": "object",
+                "properties": {"region": {"type": "string", "x-mcp-header": "Region"}}}}]})),
+    )
+    .on("tools/call", Answer::Result(json!({"content": []})))
+    .start()
+    .await
+}
+
+#[tokio::test]
+async fn a_2026_clients_param_headers_are_checked_for_members_of_either_generation() {
+    let old = regional_member(false).await;
+    let new = regional_member(true).await;
+    let gw = federated(&[("old", old.url(), "legacy"), ("new", new.url(), "modern")], "").await;
+    for member in ["old", "new"] {
+        let call = |id: i64| {
+            gw.request("tools/call")
+                .id(json!(id))
+                .params(json!({"name": format!("{member}__regional"), "arguments": {"region": "eu-west"}}))
+        };
+        call(1).send().await.assert_error(400, -32020, &json!(1));
+        call(2).header("mcp-param-region", "us-east").send().await.assert_error(400, -32020, &json!(2));
+        let right = call(3).header("mcp-param-region", "eu-west").send().await;
+        assert_eq!(right.status, 200, "{member}: {}", right.raw);
+    }
+    assert_eq!(old.calls("tools/call").len(), 1, "{}", old.dump());
+    assert_eq!(new.calls("tools/call").len(), 1, "{}", new.dump());
+    let sent = &new.calls("tools/call")[0];
+    assert_eq!(sent.header("mcp-param-region"), Some("eu-west"), "the 2026 member gets its own header");
+    assert_eq!(sent.header("mcp-name"), Some("regional"), "and its own name");
 }

@@ -113,6 +113,10 @@ pub struct Call {
     pub name: Option<String>,
     /// `params.requestState`, opened once by whoever needs it first.
     pub request_state: crate::sealed::Carried,
+    /// Whether the caller mirrored the tool's annotated arguments in
+    /// `Mcp-Param-*` headers (a 2026 client's call): they are then checked
+    /// against the tool's annotations. A call the gateway wrote has none.
+    pub client_headers: bool,
 }
 
 /// What the front door made of a message.
@@ -251,6 +255,7 @@ fn validate(
         meta,
         name,
         request_state: Default::default(),
+        client_headers: true,
     })))
 }
 

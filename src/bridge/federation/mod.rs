@@ -471,6 +471,7 @@ fn list_call(call: &Call, method: Method, cursor: Option<Value>) -> Call {
         meta: call.meta.clone(),
         name: None,
         request_state: Default::default(),
+        client_headers: false,
     }
 }
 

@@ -190,6 +190,7 @@ impl Bridge {
             meta: meta_of(translated, Map::new()),
             name: None,
             request_state: Default::default(),
+            client_headers: false,
         };
         upstream.listen(target, call, caller, Box::new(listen_event), Box::new((place, hold))).await
     }
@@ -282,7 +283,15 @@ impl Bridge {
             passthrough: Map::new(),
         };
         let (params, request_state) = (Map::new(), Default::default());
-        let call = Call { id: json!(0), method: Method::Discover, params, meta, name: None, request_state };
+        let call = Call {
+            id: json!(0),
+            method: Method::Discover,
+            params,
+            meta,
+            name: None,
+            request_state,
+            client_headers: false,
+        };
         // Nothing of a discover is the client's to see on the way.
         let (mut notes, _quiet) = Reply::new(false);
         let asked = without_client_token(upstream.call(target, call, caller, &mut notes)).await;
@@ -697,7 +706,7 @@ fn typed_call(
         },
     };
     let meta = meta_of(translated, own);
-    Ok(Call { id, method, params, meta, name, request_state: Default::default() })
+    Ok(Call { id, method, params, meta, name, request_state: Default::default(), client_headers: false })
 }
 
 /// A translated session's `_meta` for one call: the token's capabilities

@@ -113,23 +113,15 @@ impl Bridge {
         }
     }
 
-    /// Runs one call to its outcome; `mirrored`: whether the call's
-    /// `Mcp-Param-*` headers are the client's to check.
-    async fn outcome(
-        &self,
-        target: &Target,
-        call: &Call,
-        caller: &Caller,
-        notes: &mut Reply,
-        mirrored: Mirrored,
-    ) -> Outcome {
+    /// Runs one call to its outcome.
+    async fn outcome(&self, target: &Target, call: &Call, caller: &Caller, notes: &mut Reply) -> Outcome {
         let done = match call.method {
             // Rare paths are boxed: the common path's future stays small
             // (it is moved into a box for every request, and kept while parked).
             Method::Discover => Box::pin(self.discover(target, call, caller)).await,
             // A stream of its own, not one outcome ([`Bridge::listen`]).
             Method::SubscriptionsListen => return Error::MethodNotFound(call.method.as_str().into()).into(),
-            _ => self.try_forward(target, call, caller, notes, mirrored).await.unwrap_or_else(Done::Failed),
+            _ => self.try_forward(target, call, caller, notes).await.unwrap_or_else(Done::Failed),
         };
         match done {
             Done::Result(result) => Outcome::of_result(result),
@@ -143,10 +135,9 @@ impl Bridge {
         }
     }
 
-    /// A 2026 client's call (the front door's): its outcome, the client's
-    /// `Mcp-Param-*` headers checked.
+    /// A 2026 client's call (the front door's): its outcome.
     pub async fn serve(&self, target: &Target, call: &Call, caller: &Caller, notes: &mut Reply) -> Outcome {
-        self.outcome(target, call, caller, notes, Mirrored::Checked).await
+        self.outcome(target, call, caller, notes).await
     }
 
     async fn discover(&self, target: &Target, call: &Call, caller: &Caller) -> Done {
@@ -200,7 +191,6 @@ impl Bridge {
         call: &Call,
         caller: &Caller,
         reply: &mut Reply,
-        mirrored: Mirrored,
     ) -> Result<Done, Error> {
         mrtr::check_responses_shape(&call.params)?;
         let route = &*target.route;
@@ -237,7 +227,7 @@ impl Bridge {
         };
         // A new run of a tool: a 2026 client mirrors its annotated
         // arguments in headers (the tools listed on the call's session).
-        if call.method == Method::ToolsCall && mirrored == Mirrored::Checked {
+        if call.method == Method::ToolsCall && call.client_headers {
             let list = || list_tools(&session, route.upstream.response_timeout);
             self.tool_headers.check(&session.key.route, call, caller, list).await?;
         }
@@ -373,15 +363,6 @@ impl Bridge {
     }
 }
 
-/// Whether a call's `Mcp-Param-*` headers are the client's to check
-/// against the tool's annotations (a 2026 client's), or there are none
-/// (a call the gateway wrote for a translated client).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mirrored {
-    Checked,
-    Unchecked,
-}
-
 /// Pooled legacy sessions as an upstream half: the call of a client half
 /// that is not the 2026 front door (a translated legacy session). Its
 /// questions park the call here and come back as an `input_required` result
@@ -389,8 +370,7 @@ enum Mirrored {
 /// retry is its own).
 impl UpstreamHalf for Bridge {
     async fn call(&self, target: &Target, call: Call, caller: &Caller, notes: &mut Reply) -> Outcome {
-        // Written by the gateway: no client headers to check.
-        self.outcome(target, &call, caller, notes, Mirrored::Unchecked).await
+        self.outcome(target, &call, caller, notes).await
     }
 
     /// A session of its own, its GET stream's list changes.

@@ -59,6 +59,7 @@ impl Bridge {
         caller: &Caller,
         notes: &mut Reply,
     ) -> Result<Outcome, Outcome> {
+        let client_headers = call.client_headers;
         let Call { method, mut params, meta, name, .. } = call;
         let expect = |now| Expect {
             principal: &caller.principal,
@@ -82,7 +83,11 @@ impl Bridge {
             Some(_) => return Err(self.rejected(target, Rejected::Malformed).into()),
         };
         let param_headers = match (method, &name) {
-            (Method::ToolsCall, Some(tool)) => self.param_headers(target, tool, &params).await,
+            (Method::ToolsCall, Some(tool)) => {
+                // A 2026 client's own Mcp-Param-* headers are checked first.
+                let client = client_headers.then_some(&caller.headers);
+                self.param_headers(target, tool, &params, client).await.map_err(Outcome::from)?
+            }
             _ => Vec::new(),
         };
         let mut meta = meta.into_object();
@@ -143,13 +148,15 @@ impl Bridge {
     }
 
     /// The `Mcp-Param-*` headers of a tool call, from the tool's
-    /// `x-mcp-header` annotations (learnt from the upstream's tool list).
+    /// `x-mcp-header` annotations (learnt from the upstream's tool list);
+    /// the `client`'s own, when it sent some, checked against them first.
     async fn param_headers(
         &self,
         target: &Target,
         tool: &str,
         params: &Map<String, Value>,
-    ) -> Vec<(String, String)> {
+        client: Option<&http::HeaderMap>,
+    ) -> Result<Vec<(String, String)>, Error> {
         let route = &target.route.id;
         let tools = match self.tool_headers.cached(route, ANY_CALLER) {
             Some(tools) => tools,
@@ -158,20 +165,23 @@ impl Bridge {
                     self.tool_headers.remember(route, ANY_CALLER, tools.clone());
                     tools
                 }
-                None => return Vec::new(),
+                None => return Ok(Vec::new()),
             },
         };
         let Some(annotated) = tools.get(tool) else {
-            return Vec::new();
+            return Ok(Vec::new());
         };
         let arguments = params.get("arguments");
-        annotated
+        if let Some(headers) = client {
+            crate::front::headers::check_param_headers(headers, annotated, arguments)?;
+        }
+        Ok(annotated
             .iter()
             .filter_map(|(header, prop)| {
                 let value = param_value(arguments?.get(prop)?)?;
                 Some((format!("mcp-param-{header}"), value.into_owned()))
             })
-            .collect()
+            .collect())
     }
 
     /// The upstream's whole tool list, as annotations; `None` if it could
