@@ -365,3 +365,32 @@ async fn a_2026_clients_param_headers_are_checked_for_members_of_either_generati
     assert_eq!(sent.header("mcp-param-region"), Some("eu-west"), "the 2026 member gets its own header");
     assert_eq!(sent.header("mcp-name"), Some("regional"), "and its own name");
 }
+
+#[tokio::test]
+async fn a_legacy_clients_get_stream_carries_every_members_list_changes() {
+    let stream = |method: &str| vec![support::Step::notify(method, json!({})), support::Step::hang()];
+    let one = FakeUpstream::new().get_stream(stream("notifications/tools/list_changed")).start().await;
+    let two = FakeUpstream::new().get_stream(stream("notifications/prompts/list_changed")).start().await;
+    let gw = federated(&[("one", one.url(), "legacy"), ("two", two.url(), "legacy")], "").await;
+    let client = Legacy::new(&gw);
+    let session = client.open().await;
+
+    let mut events = support::Events::of(client.verb(http::Method::GET, Some(&session)).await);
+    assert_eq!(events.status, 200);
+    let mut heard = vec![
+        events.next().await.expect("a list change")["method"].as_str().unwrap().to_string(),
+        events.next().await.expect("another")["method"].as_str().unwrap().to_string(),
+    ];
+    heard.sort();
+    assert_eq!(heard, ["notifications/prompts/list_changed", "notifications/tools/list_changed"]);
+
+    // The client leaves: each member's stream session is closed.
+    drop(events);
+    for up in [&one, &two] {
+        let listened_on = up.http(http::Method::GET).remove(0).session().expect("a session").to_string();
+        up.wait_for("a DELETE of the stream's session", |s| {
+            s.method == http::Method::DELETE && s.session() == Some(listened_on.as_str())
+        })
+        .await;
+    }
+}

@@ -236,14 +236,7 @@ impl<L: UpstreamHalf, M: UpstreamHalf> Federation<L, M> {
         let outcome = match member.target.admit(&caller.principal, &[ask]) {
             Err(e) => e.into(),
             Ok(_slot) => {
-                // The route's rules name advertised names: a member filters nothing.
-                let plain = Caller {
-                    principal: caller.principal.clone(),
-                    headers: caller.headers.clone(),
-                    body: caller.body.clone(),
-                    forwarded: caller.forwarded,
-                    access: None,
-                };
+                let plain = plain_caller(caller);
                 match member.target.generation().await {
                     Err(e) => e.into(),
                     Ok(Generation::Legacy) => self.legacy.call(&member.target, call, &plain, notes).await,
@@ -416,16 +409,57 @@ impl<L: UpstreamHalf, M: UpstreamHalf> UpstreamHalf for Federation<L, M> {
         self.run(target, call, caller, notes).await
     }
 
-    /// No change stream on a federated route yet.
+    /// Every member's change stream, merged: each member's own (through
+    /// its half), its URIs advertised, then `rewrite`. A member without
+    /// one is left out; with none at all, 405.
     async fn listen(
         &self,
-        _target: &Target,
-        _call: Call,
-        _caller: &Caller,
-        _rewrite: Rewrite,
-        _hold: Box<dyn std::any::Any + Send + Sync>,
+        target: &Target,
+        call: Call,
+        caller: &Caller,
+        rewrite: Rewrite,
+        hold: Box<dyn std::any::Any + Send + Sync>,
     ) -> Result<Response<Body>, Error> {
-        Err(Error::MethodNotAllowed)
+        let rewrite = Arc::new(rewrite);
+        let opened = target.members.iter().map(|member| {
+            let (call, rewrite) = (call.clone(), member_rewrite(&member.name, rewrite.clone()));
+            async move {
+                let plain = plain_caller(caller);
+                // The client's stream place and permits are held once, by the merged stream.
+                let none = Box::new(());
+                let opened = match member.target.generation().await {
+                    Err(e) => Err(e),
+                    Ok(Generation::Legacy) => {
+                        self.legacy.listen(&member.target, call, &plain, rewrite, none).await
+                    }
+                    Ok(Generation::Modern) => {
+                        self.modern.listen(&member.target, call, &plain, rewrite, none).await
+                    }
+                };
+                match opened {
+                    Ok(resp) if resp.status() == http::StatusCode::OK => Some(resp.into_body()),
+                    _ => None,
+                }
+            }
+        });
+        let bodies: Vec<Body> = futures_util::future::join_all(opened).await.into_iter().flatten().collect();
+        if bodies.is_empty() {
+            return Err(Error::MethodNotAllowed);
+        }
+        let merged =
+            futures_util::stream::select_all(bodies.into_iter().map(http_body_util::BodyStream::new));
+        let merged = futures_util::StreamExt::map(merged, move |frame| {
+            let _hold = &hold;
+            frame
+        });
+        let body = http_body_util::BodyExt::boxed(http_body_util::StreamBody::new(merged));
+        Ok(Response::builder()
+            .status(http::StatusCode::OK)
+            .header(http::header::CONTENT_TYPE, "text/event-stream")
+            .header(http::header::CACHE_CONTROL, "no-cache")
+            .header("x-accel-buffering", "no")
+            .body(body)
+            .expect("static response parts are valid"))
     }
 }
 
@@ -451,6 +485,47 @@ impl Cache {
         let scope = if self.private || self.ttl_ms.is_none() { "private" } else { "public" };
         result.insert("cacheScope".into(), json!(scope));
     }
+}
+
+/// The caller as a member sees it: the route's rules name advertised
+/// names, so a member filters nothing.
+fn plain_caller(caller: &Caller) -> Caller {
+    Caller {
+        principal: caller.principal.clone(),
+        headers: caller.headers.clone(),
+        body: caller.body.clone(),
+        forwarded: caller.forwarded,
+        access: None,
+    }
+}
+
+/// A member's change-stream rewrite: `resources/updated` URIs advertised,
+/// then the client's own `rewrite`.
+fn member_rewrite(member: &str, rewrite: Arc<Rewrite>) -> Rewrite {
+    let member = member.to_string();
+    Box::new(move |text: &str| {
+        let advertised = advertise_notification(&member, text)?;
+        match (rewrite(advertised.as_deref().unwrap_or(text))?, advertised) {
+            (Some(new), _) => Ok(Some(new)),
+            (None, advertised) => Ok(advertised),
+        }
+    })
+}
+
+/// A `notifications/resources/updated` with its URI advertised; `None`
+/// for anything else (kept as it is).
+fn advertise_notification(member: &str, text: &str) -> Result<Option<String>, ()> {
+    if !text.contains("notifications/resources/updated") {
+        return Ok(None);
+    }
+    let mut msg: Value = serde_json::from_str(text).map_err(|_| ())?;
+    if msg.get("method").and_then(Value::as_str) != Some("notifications/resources/updated") {
+        return Ok(None);
+    }
+    let Some(Value::String(uri)) = msg.pointer("/params/uri") else { return Ok(None) };
+    let advertised = names::advertised_uri(member, uri);
+    msg["params"]["uri"] = Value::String(advertised);
+    Ok(Some(msg.to_string()))
 }
 
 /// The member named `prefix`.
