@@ -25,8 +25,9 @@
 #   rr      each legacy client alone against each upstream, through the forwarder
 #   translated  both legacy clients against py-legacy on a route that translates them
 #           onto the gateway's pooled upstream sessions (legacy_clients = "translate")
-#   federated  all four clients on a federated route (members py and everything), one
-#           profile per member with every name prefixed (federated-py, federated-everything)
+#   federated  all four clients on a federated route (members py, everything and sdk2, the
+#           mcp==2.3.0 everything-server, a 2026 server), one profile per member with every
+#           name prefixed (federated-py, federated-everything, federated-sdk2)
 #   mixed   per upstream, all four clients at the same time on the same forwarder
 #   then    every legacy session with several requests was served by both replicas, both
 #           replicas relayed legacy requests, and no session id was refused except as
@@ -76,11 +77,16 @@ for c in curl setsid timeout python3; do command -v "$c" >/dev/null || die "$c i
 
 # ---------------------------------------------------------------- upstreams
 
-UP_PY=$(free_port); UP_EV=$(free_port)
+UP_PY=$(free_port); UP_EV=$(free_port); UP_SDK2=$(free_port)
+EVERYTHING_PY="$PEERS/sdist/mcp-2.3.0/examples/servers/everything-server"
+[[ -e "$EVERYTHING_PY/mcp_everything_server/server.py" ]] || die "missing peer $EVERYTHING_PY"
 start up-py-legacy "$PY_LEGACY" tests/interop/legacy_server.py --port "$UP_PY"; PID_UP_PY=$LAST_PID
 start up-everything env PORT="$UP_EV" "$NODE" --import ./tests/interop/loopback.mjs "$EVERYTHING" streamableHttp; PID_UP_EV=$LAST_PID
 wait_http up-py-legacy "$PID_UP_PY" "http://127.0.0.1:$UP_PY/mcp" 30 || die "py-legacy upstream on 127.0.0.1:$UP_PY: $WAIT_REASON"
 wait_http up-everything "$PID_UP_EV" "http://127.0.0.1:$UP_EV/mcp" 30 || die "server-everything on 127.0.0.1:$UP_EV: $WAIT_REASON"
+# A 2026-07-28 server, a member of the federated route only.
+start up-sdk2 env -C "$EVERYTHING_PY" "$PY_MODERN" -m mcp_everything_server --port "$UP_SDK2"
+wait_http up-sdk2 "$LAST_PID" "http://127.0.0.1:$UP_SDK2/mcp" 30 || die "SDK v2 everything-server on 127.0.0.1:$UP_SDK2: $WAIT_REASON"
 
 # ---------------------------------------------------------------- two replicas, shared keys
 
@@ -122,10 +128,14 @@ upstream = "py-translated"
 path = "/everything"
 upstream = "everything"
 
-# Both servers behind one endpoint: tools as py__echo, everything__echo, …
+[[upstreams]]
+name = "sdk2"
+url = "http://127.0.0.1:$UP_SDK2/mcp"
+
+# Three servers behind one endpoint, two legacy and one 2026: tools as py__echo, sdk2__test_simple_text, …
 [[routes]]
 path = "/fed"
-members = ["py", "everything"]
+members = ["py", "everything", "sdk2"]
 
 [[keys]]
 id = "interop-legacy"
@@ -186,7 +196,7 @@ collect "translated-legacy-ts" translated
 # Every client generation on a federated route through both replicas: each profile
 # exercises one member under its prefixed names (the other member's tools listed beside).
 url="http://127.0.0.1:$RR/fed"
-for member in py everything; do
+for member in py everything sdk2; do
   up="federated-$member"
   spawn "fed-legacy-py-$member" "$PY_LEGACY" tests/interop/legacy_client.py --url "$url" --upstream "$up" --label "legacy-py/$up"
   spawn "fed-legacy-ts-$member" "$NODE" tests/interop/legacy_ts_client.mjs --url "$url" --upstream "$up" --label "legacy-ts/$up"
