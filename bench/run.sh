@@ -24,6 +24,7 @@
 #   BENCH_ONLY=modern,echo bench/run.sh   # the pass-through beside the translating path
 #   BENCH_ONLY=auth bench/run.sh       # an open route beside an API-key and a JWT route (~2 min at 5 reps)
 #   BENCH_ONLY=streams bench/run.sh    # memory per held stream, 5,000 of each kind (~2 min)
+#   BENCH_ONLY=federation bench/run.sh # a federated route of three members beside a single upstream (~2 min at 5 reps)
 #
 # Knobs (environment): BENCH_REPS (5) repetitions of every load cell,
 # BENCH_DURATION (3) measured seconds per cell, BENCH_WARMUP (1),
@@ -39,7 +40,9 @@
 # (stateless echo cells), legacy (legacy relay cells), modern (2026 upstream:
 # pass-through cells, interleaved with the echo cells when both run), auth
 # (open, api_key and jwt routes of one gateway), mrtr, memory, streams
-# (memory per held stream, in front of the fast upstream), criterion,
+# (memory per held stream, in front of the fast upstream), federation
+# (tools/list and a call on a route of three members, beside the same on a
+# route of one upstream, in front of the fast upstream), criterion,
 # CARGO_TARGET_DIR (default: target/). Needs: cargo, curl, nginx (installed
 # with apt-get when missing and running as root), openssl (the JWT), strace
 # (part syscalls).
@@ -57,7 +60,7 @@ STREAMS_HOLD=${BENCH_STREAMS_HOLD:-8}
 THREADS=${BENCH_LOADGEN_THREADS:-1}
 CONCURRENCY=(1 8 32)
 ONLY=${BENCH_ONLY:-}
-PARTS=(fast syscalls echo legacy modern auth mrtr memory streams criterion)
+PARTS=(fast syscalls echo legacy modern auth mrtr memory streams federation criterion)
 want() { [[ -z $ONLY || ",$ONLY," == *",$1,"* ]]; }
 for part in ${ONLY//,/ }; do
     [[ " ${PARTS[*]} " == *" $part "* ]] || { echo "BENCH_ONLY: unknown part '$part' (${PARTS[*]})" >&2; exit 2; }
@@ -796,6 +799,46 @@ EOF
     streams_cell listen-modern listen /mcp-modern "subscriptions/listen (2026 upstream)"
     stop "$STREAMS_MODERN_PID"
     stop "$STREAMS_LEGACY_PID"
+fi
+
+# --- 5b. a federated route beside a single upstream ---------------------------
+if want federation; then
+    [[ -x $FAST ]] || { echo "missing $FAST (cargo build --release --example fast_upstream)" >&2; exit 1; }
+    start_fast legacy
+    FED_UPSTREAM_PID=$FAST_PID
+    FED_DIR=$OUT/federation
+    mkdir -p "$FED_DIR"
+    {
+        printf '[server]\nlisten = "127.0.0.1:0"\n\n'
+        # Three members (the same fast server under three names), and the server alone.
+        for m in single a b c; do
+            printf '[[upstreams]]\nname = "%s"\nurl = "http://127.0.0.1:%s/mcp"\ngeneration = "legacy"\n\n' "$m" "$FAST_PORT"
+        done
+        printf '[[routes]]\npath = "/mcp"\nupstream = "single"\n\n'
+        printf '[[routes]]\npath = "/fed"\nmembers = ["a", "b", "c"]\n'
+    } >"$FED_DIR/gateway.toml"
+    start_gateway gateway-federation "$FED_DIR/gateway.toml"
+    FED_GATEWAY_PID=$GATEWAY_PID FED_GW=127.0.0.1:$GATEWAY_PORT
+    log "federation: fast upstream pid $FED_UPSTREAM_PID, sessionless $FED_GW (routes /mcp and /fed)"
+    LOAD_UPSTREAM_PID=$FED_UPSTREAM_PID PROXY_PIDS=$FED_GATEWAY_PID
+    for rep in $(seq "$REPS"); do
+        for c in "${CONCURRENCY[@]}"; do
+            cells=(call-single call-federated list-single list-federated)
+            shift_by=$(((rep - 1) % 4))
+            for cell in "${cells[@]:$shift_by}" "${cells[@]:0:$shift_by}"; do
+                case $cell in
+                call-single) line=$(load modern "$FED_GW" "fed-$cell" "$rep" "$c" --path /mcp) ;;
+                call-federated) line=$(load modern "$FED_GW" "fed-$cell" "$rep" "$c" --path /fed --tool b__echo) ;;
+                list-single) line=$(load list "$FED_GW" "fed-$cell" "$rep" "$c" --path /mcp) ;;
+                list-federated) line=$(load list "$FED_GW" "fed-$cell" "$rep" "$c" --path /fed) ;;
+                esac
+                log "rep $rep c=$c federation $cell: $(field "$line" rps) req/s, p50 $(field "$line" p50_us) µs, errors $(field "$line" errors), proxy CPU $(field "$line" proxy_cpu_us) µs/req"
+            done
+        done
+    done
+    LOAD_UPSTREAM_PID="" PROXY_PIDS=""
+    stop "$FED_GATEWAY_PID"
+    stop "$FED_UPSTREAM_PID"
 fi
 
 # --- 6. criterion microbenchmarks (quiet machine) ---------------------------

@@ -7,6 +7,8 @@
 //! loadgen legacy     --addr HOST:PORT [-c N] [-d SECS] [--warmup SECS]   tools/call echo on a legacy session opened first
 //!                                                                       (direct, through nginx, or through the gateway's legacy relay)
 //! loadgen modern     --addr HOST:PORT [-c N] [-d SECS] [--warmup SECS]   stateless 2026-07-28 tools/call echo
+//!                    (`--tool NAME`: another tool with the same `text` argument, e.g. `a__echo`)
+//! loadgen list       --addr HOST:PORT [-c N] [-d SECS] [--warmup SECS]   stateless 2026-07-28 tools/list
 //!                                                                       (through the gateway, or direct / through nginx
 //!                                                                       to a 2026 upstream; resultType complete checked)
 //! loadgen mrtr       --addr HOST:PORT [-c N] [-d SECS] [--warmup SECS]   ask_user → input_required → retry; one sample = both
@@ -48,6 +50,8 @@ const LEGACY: &str = "2025-11-25";
 enum Mode {
     Legacy,
     Modern,
+    /// A stateless 2026-07-28 `tools/list`.
+    List,
     Mrtr,
     Park,
     Principals,
@@ -80,15 +84,17 @@ struct Opts {
     session: Option<String>,
     /// Modern and mrtr modes: the bearer token every request carries.
     bearer: Option<String>,
+    /// Modern mode: the tool called (default `echo`; `a__echo` on a federated route).
+    tool: String,
     /// Streams mode: what is held.
     kind: StreamKind,
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: loadgen legacy|modern|mrtr|park|principals|streams --addr HOST:PORT [--path /mcp] \
+        "usage: loadgen legacy|modern|list|mrtr|park|principals|streams --addr HOST:PORT [--path /mcp] \
          [-c N] [-d SECS] [--warmup SECS] [--count N] [--offset K] [--threads N] \
-         [--label NAME] [--rep N] [--bearer TOKEN] [--kind get|listen]\n       loadgen free-port\n       \
+         [--label NAME] [--rep N] [--bearer TOKEN] [--tool NAME] [--kind get|listen]\n       loadgen free-port\n       \
          loadgen report --results FILE.jsonl [--criterion DIR]"
     );
     std::process::exit(2)
@@ -133,6 +139,7 @@ fn parse_opts(cmd: &str, rest: &[String]) -> Opts {
     let mode = match cmd {
         "legacy" => Mode::Legacy,
         "modern" => Mode::Modern,
+        "list" => Mode::List,
         "mrtr" => Mode::Mrtr,
         "park" => Mode::Park,
         "principals" => Mode::Principals,
@@ -153,6 +160,7 @@ fn parse_opts(cmd: &str, rest: &[String]) -> Opts {
         rep: 0,
         session: None,
         bearer: None,
+        tool: "echo".into(),
         kind: StreamKind::Get,
     };
     let mut it = rest.iter();
@@ -171,6 +179,7 @@ fn parse_opts(cmd: &str, rest: &[String]) -> Opts {
             "--label" => o.label = val.clone(),
             "--rep" => o.rep = val.parse().unwrap_or_else(|_| usage()),
             "--bearer" => o.bearer = Some(val.clone()),
+            "--tool" => o.tool = val.clone(),
             "--kind" => {
                 o.kind = match val.as_str() {
                     "get" => StreamKind::Get,
@@ -366,12 +375,27 @@ async fn once(o: &Opts, conn: &mut Conn, n: u64) -> Result<Sample, String> {
             echo_ok(&conn.send(req).await?)?;
         }
         Mode::Modern | Mode::Principals => {
-            let body = modern_body(n + 1, "echo", json!({"text": "hi"}), json!({}), None);
+            let body = modern_body(n + 1, &o.tool, json!({"text": "hi"}), json!({}), None);
             let bearer = match o.mode {
                 Mode::Principals => Some(format!("tok-{}", o.offset + n)),
                 _ => o.bearer.clone(),
             };
-            modern_echo_ok(&conn.send(modern_request(o, "echo", body, bearer)).await?)?;
+            modern_echo_ok(&conn.send(modern_request(o, &o.tool, body, bearer)).await?)?;
+        }
+        Mode::List => {
+            let body = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": n + 1, "method": "tools/list",
+                "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
+                    "io.modelcontextprotocol/clientCapabilities": {}}}}))
+            .expect("json");
+            let req = request(o)
+                .header("mcp-protocol-version", MODERN)
+                .header("mcp-method", "tools/list")
+                .body(Full::new(Bytes::from(body)))
+                .expect("request");
+            let a = conn.send(req).await?;
+            if a.status != StatusCode::OK || !contains(&a.body, b"\"tools\":[") {
+                return Err(format!("bad list: {} {}", a.status, String::from_utf8_lossy(&a.body)));
+            }
         }
         Mode::Streams => unreachable!("streams::run"),
         Mode::Mrtr | Mode::Park => {
@@ -1061,6 +1085,57 @@ mod report {
         s.push('\n');
     }
 
+    /// A federated route of three members beside a route of one upstream
+    /// (the same fast server): medians per concurrency, and their ratios.
+    fn federation(s: &mut String, lines: &[Value]) {
+        let _ = writeln!(s, "\n### A federated route (three members) beside a single upstream\n");
+        let _ = writeln!(
+            s,
+            "| c | call: single req/s | call: federated req/s | ÷ | list: single req/s | list: federated (3 members) req/s | ÷ | proxy CPU µs/req, call single / federated / list single / federated | errors |"
+        );
+        let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|---:|---|---:|");
+        let cs: std::collections::BTreeSet<u64> = lines
+            .iter()
+            .filter(|l| l["label"].as_str().is_some_and(|t| t.starts_with("fed-")))
+            .filter_map(|l| l["concurrency"].as_u64())
+            .collect();
+        for c in cs {
+            let of = |label: &str| -> Vec<&Value> {
+                lines.iter().filter(|l| l["label"] == label && l["concurrency"].as_u64() == Some(c)).collect()
+            };
+            let m = |label: &str, k: &str| median(of(label).iter().map(|l| num(l, k)).collect());
+            let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+                (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+                _ => None,
+            };
+            let errors: u64 =
+                ["fed-call-single", "fed-call-federated", "fed-list-single", "fed-list-federated"]
+                    .iter()
+                    .flat_map(|l| of(l))
+                    .filter_map(|l| l["errors"].as_u64())
+                    .sum();
+            let (cs1, cf, ls, lf) = (
+                m("fed-call-single", "rps"),
+                m("fed-call-federated", "rps"),
+                m("fed-list-single", "rps"),
+                m("fed-list-federated", "rps"),
+            );
+            let cpu = ["fed-call-single", "fed-call-federated", "fed-list-single", "fed-list-federated"]
+                .map(|l| f(m(l, "proxy_cpu_us"), 1))
+                .join(" / ");
+            let _ = writeln!(
+                s,
+                "| {c} | {} | {} | {} | {} | {} | {} | {cpu} | {errors} |",
+                f(cs1, 0),
+                f(cf, 0),
+                f(ratio(cf, cs1), 2),
+                f(ls, 0),
+                f(lf, 0),
+                f(ratio(lf, ls), 2)
+            );
+        }
+    }
+
     fn render(lines: &[Value], crit: BTreeMap<String, f64>) -> String {
         let mut s = String::new();
         let reps = lines
@@ -1142,6 +1217,9 @@ mod report {
 
         if has("auth-open") {
             auth_paths(&mut s, lines);
+        }
+        if has("fed-call-federated") || has("fed-list-federated") {
+            federation(&mut s, lines);
         }
 
         // MRTR
