@@ -724,6 +724,18 @@ impl Gateway {
             caller.body = Bytes::new();
             admission._body = None;
         }
+        if call.method == front::Method::SubscriptionsListen && target.federated() {
+            // Every member's change stream, merged; it holds the call's permits.
+            let id = call.id.clone();
+            let listened = self.federation.subscribe(&target, call, &caller, Box::new(admission)).await;
+            let (resp, outcome) = match listened {
+                Ok(resp) => (resp, "ok"),
+                Err(e) => (error_response(Some(&id), &e), e.reason()),
+            };
+            let cell = (Generation::Modern, Generation::Modern);
+            self.services.count(&target, cell, "subscriptions/listen", outcome, started);
+            return resp;
+        }
         let (reply, answer) = Reply::new(crate::guard::accepts_sse(&caller.headers));
         let method = call.method.as_str();
         let gateway = self.clone();

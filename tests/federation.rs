@@ -394,3 +394,54 @@ async fn a_legacy_clients_get_stream_carries_every_members_list_changes() {
         .await;
     }
 }
+
+#[tokio::test]
+async fn a_2026_clients_listen_hears_every_member_tagged_and_advertised() {
+    let one = FakeUpstream::new()
+        .get_stream(vec![
+            support::Step::notify("notifications/tools/list_changed", json!({})),
+            support::Step::notify("notifications/resources/updated", json!({"uri": "file:///a"})),
+            support::Step::hang(),
+        ])
+        .start()
+        .await;
+    let two = FakeUpstream::new()
+        .get_stream(vec![
+            support::Step::notify("notifications/prompts/list_changed", json!({})),
+            support::Step::hang(),
+        ])
+        .start()
+        .await;
+    let gw = federated(&[("one", one.url(), "legacy"), ("two", two.url(), "legacy")], "").await;
+    let filter = json!({"toolsListChanged": true, "promptsListChanged": true,
+        "resourceSubscriptions": ["one+file:///a"]});
+    let mut events = gw
+        .request("subscriptions/listen")
+        .id(json!("l-1"))
+        .params(json!({"notifications": filter}))
+        .open()
+        .await;
+    assert_eq!(events.status, 200);
+    let ack = events.next().await.expect("one acknowledgement");
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged", "{ack}");
+    assert_eq!(ack["params"]["notifications"], filter);
+    let mut heard = Vec::new();
+    for _ in 0..3 {
+        let n = events.next().await.expect("a change");
+        assert_eq!(n["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "l-1", "{n}");
+        assert_ne!(n["method"], "notifications/subscriptions/acknowledged", "members' own acks dropped: {n}");
+        heard.push(match n["method"].as_str().unwrap() {
+            "notifications/resources/updated" => format!("updated {}", n["params"]["uri"].as_str().unwrap()),
+            other => other.to_string(),
+        });
+    }
+    heard.sort();
+    assert_eq!(
+        heard,
+        ["notifications/prompts/list_changed", "notifications/tools/list_changed", "updated one+file:///a"]
+    );
+    let subscribed = one.calls("resources/subscribe");
+    assert_eq!(subscribed.len(), 1, "{}", one.dump());
+    assert_eq!(subscribed[0].body["params"]["uri"], "file:///a", "the member's own URI");
+    assert!(two.calls("resources/subscribe").is_empty(), "{}", two.dump());
+}

@@ -16,6 +16,7 @@ mod tests;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 
 use super::half::{Failure, Outcome, Payload, UpstreamHalf};
@@ -404,25 +405,68 @@ impl<L: UpstreamHalf, M: UpstreamHalf> Federation<L, M> {
     }
 }
 
-impl<L: UpstreamHalf, M: UpstreamHalf> UpstreamHalf for Federation<L, M> {
-    async fn call(&self, target: &Target, call: Call, caller: &Caller, notes: &mut Reply) -> Outcome {
-        self.run(target, call, caller, notes).await
-    }
-
-    /// Every member's change stream, merged: each member's own (through
-    /// its half), its URIs advertised, then `rewrite`. A member without
-    /// one is left out; with none at all, 405.
-    async fn listen(
+impl<L: UpstreamHalf, M: UpstreamHalf> Federation<L, M> {
+    /// A 2026 client's `subscriptions/listen`: one acknowledgement (the
+    /// filter as asked), then every member's change notifications, URIs
+    /// advertised and tagged with the client's subscription id, and the
+    /// final result once every member's stream has ended. Each member is
+    /// asked for its own part of the filter (its resources, by their own URIs).
+    pub async fn subscribe(
         &self,
         target: &Target,
         call: Call,
         caller: &Caller,
-        rewrite: Rewrite,
         hold: Box<dyn std::any::Any + Send + Sync>,
     ) -> Result<Response<Body>, Error> {
-        let rewrite = Arc::new(rewrite);
-        let opened = target.members.iter().map(|member| {
-            let (call, rewrite) = (call.clone(), member_rewrite(&member.name, rewrite.clone()));
+        let Some(Value::Object(filter)) = call.params.get("notifications").cloned() else {
+            return Err(Error::invalid_params("subscriptions/listen needs a notifications filter"));
+        };
+        let place = self.services.stream_place(&target.route.id, &caller.principal)?;
+        let id = call.id.clone();
+        let tag: Rewrite = {
+            let id = id.clone();
+            Box::new(move |text: &str| tagged_notification(text, &id))
+        };
+        let mut members = Vec::new();
+        for member in &target.members {
+            let mut own = call.clone();
+            own.params.insert("notifications".into(), Value::Object(member_filter(&member.name, &filter)));
+            members.push((member, own));
+        }
+        let merged = self.merged_changes(members, caller, Arc::new(tag)).await?;
+        let event = |msg: &Value| {
+            Ok::<_, crate::reply::BoxError>(hyper::body::Frame::data(crate::reply::sse_event(msg)))
+        };
+        let ack = json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+            "params": {"notifications": filter, "_meta": {SUBSCRIPTION_ID: id}}});
+        let end = json!({"jsonrpc": "2.0", "id": id,
+            "result": {"resultType": "complete", "_meta": {SUBSCRIPTION_ID: id}}});
+        let stream = futures_util::stream::iter([event(&ack)])
+            .chain(merged)
+            .chain(futures_util::stream::once(async move { event(&end) }))
+            .map(move |frame| {
+                let _held = (&place, &hold);
+                frame
+            });
+        Ok(event_stream(http_body_util::BodyExt::boxed(http_body_util::StreamBody::new(stream))))
+    }
+
+    /// The members' change streams (each `(member, its call)`), merged,
+    /// each event through the member's URI advertising and `rewrite`.
+    async fn merged_changes<'m>(
+        &self,
+        members: Vec<(&'m MemberTarget, Call)>,
+        caller: &Caller,
+        rewrite: Arc<Rewrite>,
+    ) -> Result<
+        impl futures_util::Stream<Item = Result<hyper::body::Frame<bytes::Bytes>, crate::reply::BoxError>>
+            + Send
+            + Sync
+            + 'static,
+        Error,
+    > {
+        let opened = members.into_iter().map(|(member, call)| {
+            let rewrite = member_rewrite(&member.name, rewrite.clone());
             async move {
                 let plain = plain_caller(caller);
                 // The client's stream place and permits are held once, by the merged stream.
@@ -446,20 +490,33 @@ impl<L: UpstreamHalf, M: UpstreamHalf> UpstreamHalf for Federation<L, M> {
         if bodies.is_empty() {
             return Err(Error::MethodNotAllowed);
         }
-        let merged =
-            futures_util::stream::select_all(bodies.into_iter().map(http_body_util::BodyStream::new));
-        let merged = futures_util::StreamExt::map(merged, move |frame| {
+        Ok(futures_util::stream::select_all(bodies.into_iter().map(http_body_util::BodyStream::new)))
+    }
+}
+
+impl<L: UpstreamHalf, M: UpstreamHalf> UpstreamHalf for Federation<L, M> {
+    async fn call(&self, target: &Target, call: Call, caller: &Caller, notes: &mut Reply) -> Outcome {
+        self.run(target, call, caller, notes).await
+    }
+
+    /// Every member's change stream, merged: each member's own (through
+    /// its half), its URIs advertised, then `rewrite`. A member without
+    /// one is left out; with none at all, 405.
+    async fn listen(
+        &self,
+        target: &Target,
+        call: Call,
+        caller: &Caller,
+        rewrite: Rewrite,
+        hold: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Result<Response<Body>, Error> {
+        let members = target.members.iter().map(|m| (m, call.clone())).collect();
+        let merged = self.merged_changes(members, caller, Arc::new(rewrite)).await?;
+        let merged = merged.map(move |frame| {
             let _hold = &hold;
             frame
         });
-        let body = http_body_util::BodyExt::boxed(http_body_util::StreamBody::new(merged));
-        Ok(Response::builder()
-            .status(http::StatusCode::OK)
-            .header(http::header::CONTENT_TYPE, "text/event-stream")
-            .header(http::header::CACHE_CONTROL, "no-cache")
-            .header("x-accel-buffering", "no")
-            .body(body)
-            .expect("static response parts are valid"))
+        Ok(event_stream(http_body_util::BodyExt::boxed(http_body_util::StreamBody::new(merged))))
     }
 }
 
@@ -485,6 +542,54 @@ impl Cache {
         let scope = if self.private || self.ttl_ms.is_none() { "private" } else { "public" };
         result.insert("cacheScope".into(), json!(scope));
     }
+}
+
+/// An SSE answer with `body`.
+fn event_stream(body: Body) -> Response<Body> {
+    Response::builder()
+        .status(http::StatusCode::OK)
+        .header(http::header::CONTENT_TYPE, "text/event-stream")
+        .header(http::header::CACHE_CONTROL, "no-cache")
+        .header("x-accel-buffering", "no")
+        .body(body)
+        .expect("static response parts are valid")
+}
+
+/// The `_meta` key naming a listen stream's subscription.
+const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// A member's listen event for the client's stream: its change
+/// notifications tagged with the client's subscription `id`; its own
+/// acknowledgement and final result dropped (the merged stream has its own).
+fn tagged_notification(text: &str, id: &Value) -> Result<Option<String>, ()> {
+    let mut msg: Value = serde_json::from_str(text).map_err(|_| ())?;
+    let method = msg.get("method").and_then(Value::as_str).unwrap_or_default();
+    if !method.starts_with("notifications/") || method == "notifications/subscriptions/acknowledged" {
+        return Ok(Some(String::new()));
+    }
+    let Some(obj) = msg.as_object_mut() else { return Err(()) };
+    let params = obj.entry("params").or_insert_with(|| json!({}));
+    let Some(params) = params.as_object_mut() else { return Err(()) };
+    let meta = params.entry("_meta").or_insert_with(|| json!({}));
+    let Some(meta) = meta.as_object_mut() else { return Err(()) };
+    meta.insert(SUBSCRIPTION_ID.into(), id.clone());
+    Ok(Some(msg.to_string()))
+}
+
+/// A listen filter for one member: the list changes asked, and of the
+/// resources to watch only the member's, by their own URIs.
+fn member_filter(member: &str, filter: &Map<String, Value>) -> Map<String, Value> {
+    let mut own = filter.clone();
+    if let Some(Value::Array(uris)) = filter.get("resourceSubscriptions") {
+        let mine: Vec<Value> = uris
+            .iter()
+            .filter_map(|u| names::split_uri(u.as_str()?))
+            .filter(|(m, _)| *m == member)
+            .map(|(_, uri)| Value::String(uri.to_string()))
+            .collect();
+        own.insert("resourceSubscriptions".into(), Value::Array(mine));
+    }
+    own
 }
 
 /// The caller as a member sees it: the route's rules name advertised

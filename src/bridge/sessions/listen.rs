@@ -274,8 +274,19 @@ impl Bridge {
         let filter = Filter::parse(&call.params)?;
         let session = self.session_of_its_own(target, call, caller).await?;
         let filter = filter.honoured(&session.init);
+        // The resources asked for by URI (a federated route's 2026 client
+        // asks a member here), subscribed on the stream's session.
+        let timeout = route.upstream.response_timeout;
+        for uri in &filter.uris {
+            if let Err(e) =
+                simple_request(&session, "resources/subscribe", json!({"uri": uri}), timeout).await
+            {
+                crate::log_limited!(tracing::Level::WARN, error = %e, "resources/subscribe failed upstream");
+            }
+        }
+        let wants_any = filter.tools || filter.prompts || filter.resources || !filter.uris.is_empty();
         let stream = match session.channel.messages(&session.wire, None).await {
-            Ok(stream) if filter.tools || filter.prompts || filter.resources => stream,
+            Ok(stream) if wants_any => stream,
             // Nothing the upstream would announce, or no stream to hear it on.
             _ => {
                 self.pool.close(&session, "exclusive").await;
