@@ -453,9 +453,9 @@ impl<L: UpstreamHalf, M: UpstreamHalf> Federation<L, M> {
 
     /// The members' change streams (each `(member, its call)`), merged,
     /// each event through the member's URI advertising and `rewrite`.
-    async fn merged_changes<'m>(
+    async fn merged_changes(
         &self,
-        members: Vec<(&'m MemberTarget, Call)>,
+        members: Vec<(&MemberTarget, Call)>,
         caller: &Caller,
         rewrite: Arc<Rewrite>,
     ) -> Result<
