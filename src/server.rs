@@ -713,7 +713,9 @@ impl Gateway {
         // Boxed: it may move to a task of its own (`Inline`), with the record.
         let work: Work = crate::observe::carry(async move {
             let mut reply = reply;
-            let outcome = gateway.sessions.serve(&target, &call, &caller, &mut reply).await;
+            // Boxed: the work is moved into its box (and its task-local
+            // scope) whole, and the session half's future is most of it.
+            let outcome = Box::pin(gateway.sessions.serve(&target, &call, &caller, &mut reply)).await;
             target.observed(outcome.unreachable());
             let outcome = modern_client::answer(&call.id, outcome, reply).await;
             gateway.services.count(
