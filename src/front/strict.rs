@@ -211,9 +211,14 @@ impl Place {
     }
 }
 
-/// The member names of one object seen so far: a short list kept inline
-/// (no allocation for the objects requests carry), then a set.
+/// Names every message has: one bit each when seen, not kept in the list.
+const COMMON: [&str; 6] = ["jsonrpc", "id", "method", "params", "result", "error"];
+
+/// The member names of one object seen so far: the common ones as bits,
+/// others in a short list kept inline (no allocation for the objects
+/// requests carry), then a set.
 struct Names<'n> {
+    common: u8,
     few: [Option<Cow<'n, str>>; SCAN_NAMES],
     len: usize,
     many: HashSet<Cow<'n, str>>,
@@ -221,25 +226,33 @@ struct Names<'n> {
 
 impl Default for Names<'_> {
     fn default() -> Self {
-        Names { few: [const { None }; SCAN_NAMES], len: 0, many: HashSet::new() }
+        Names { common: 0, few: [const { None }; SCAN_NAMES], len: 0, many: HashSet::new() }
     }
 }
 
 impl<'n> Names<'n> {
-    /// Whether `name` is new.
-    fn insert(&mut self, name: Cow<'n, str>) -> bool {
+    /// Whether `name` is new. A `Cow`, not a `str`: a name kept stays
+    /// borrowed from the body.
+    #[allow(clippy::ptr_arg)]
+    fn insert(&mut self, name: &Cow<'n, str>) -> bool {
+        if let Some(at) = COMMON.iter().position(|c| *c == name.as_ref()) {
+            let bit = 1 << at;
+            let new = self.common & bit == 0;
+            self.common |= bit;
+            return new;
+        }
         if self.len < SCAN_NAMES {
-            if self.few[..self.len].iter().flatten().any(|n| *n == name) {
+            if self.few[..self.len].iter().flatten().any(|n| n == name) {
                 return false;
             }
-            self.few[self.len] = Some(name);
+            self.few[self.len] = Some(name.clone());
             self.len += 1;
             return true;
         }
         if self.many.is_empty() {
             self.many.extend(self.few.iter_mut().filter_map(Option::take));
         }
-        self.many.insert(name)
+        self.many.insert(name.clone())
     }
 }
 

@@ -188,7 +188,7 @@ impl<'a> Scan<'a> {
             let name = self.string()?;
             if let Some(place) = unique {
                 let seen = match (&mut names, &tree) {
-                    (Some(names), _) => !names.insert(name.clone()),
+                    (Some(names), _) => !names.insert(&name),
                     (None, Some(tree)) => tree.contains_key(name.as_ref()),
                     (None, None) => false,
                 };
