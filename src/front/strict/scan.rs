@@ -159,8 +159,10 @@ impl<'a> Scan<'a> {
             self.current = Item { object: true, ..Item::default() };
         }
         let unique = place.unique();
-        // A tree being built knows its names already.
-        let mut names = unique.filter(|_| !build).map(|_| Names::default());
+        // A tree being built knows its names already. Not in an `Option`:
+        // the list is a few hundred bytes, made in place rather than moved.
+        let check_names = unique.is_some() && !build;
+        let mut names = Names::default();
         let mut tree = build.then(Map::new);
         let mut first = true;
         loop {
@@ -187,10 +189,10 @@ impl<'a> Scan<'a> {
             self.at += 1;
             let name = self.string()?;
             if let Some(place) = unique {
-                let seen = match (&mut names, &tree) {
-                    (Some(names), _) => !names.insert(&name),
-                    (None, Some(tree)) => tree.contains_key(name.as_ref()),
-                    (None, None) => false,
+                let seen = match &tree {
+                    _ if check_names => !names.insert(&name),
+                    Some(tree) => tree.contains_key(name.as_ref()),
+                    None => false,
                 };
                 if seen {
                     let name: String = name.chars().take(NAME_ECHO).collect();
@@ -444,7 +446,8 @@ fn unicode_escape(body: &[u8], i: &mut usize) -> Result<char, Refusal> {
 }
 
 /// Where the run of bytes from `i` that need no look (no quote, backslash
-/// or control character) ends, eight at a time; the byte there is looked at.
+/// or control character) ends, eight at a time, or where the last whole
+/// eight end; the byte there is looked at.
 fn plain_run(body: &[u8], mut i: usize) -> usize {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
@@ -454,7 +457,9 @@ fn plain_run(body: &[u8], mut i: usize) -> usize {
         let special =
             v.wrapping_sub(ONES * 0x20) & !v & HIGH | zero_in(v ^ (ONES * 0x22)) | zero_in(v ^ (ONES * 0x5c));
         if special != 0 {
-            return i;
+            // The lowest flag is exact (no borrow reaches below the first
+            // byte that sets one): the first byte that needs a look.
+            return i + (special.trailing_zeros() / 8) as usize;
         }
         i += 8;
     }
