@@ -46,10 +46,11 @@ fn http_method(method: &Method) -> Result<(), Error> {
 
 /// The host part of `host[:port]` or `[v6]:port`.
 fn hostname(authority: &str) -> &str {
-    if authority.starts_with('[') {
-        return authority.split_inclusive(']').next().unwrap_or(authority);
+    let bytes = authority.as_bytes();
+    match bytes.first() {
+        Some(b'[') => bytes.iter().position(|&b| b == b']').map_or(authority, |end| &authority[..=end]),
+        _ => bytes.iter().position(|&b| b == b':').map_or(authority, |end| &authority[..end]),
     }
-    authority.split(':').next().unwrap_or(authority)
 }
 
 fn is_loopback_host(h: &str) -> bool {
@@ -63,7 +64,10 @@ fn host(config: &Config, authority: Option<&Authority>, headers: &HeaderMap) -> 
     let Some(allowed) = &config.allowed_hosts else {
         return Ok(());
     };
-    let is_allowed = |authority: &str| allowed.iter().any(|a| a.eq_ignore_ascii_case(hostname(authority)));
+    let is_allowed = |authority: &str| {
+        let host = hostname(authority);
+        allowed.iter().any(|a| a.eq_ignore_ascii_case(host))
+    };
     let mut named = false;
     if let Some(authority) = authority {
         named = true;
@@ -154,6 +158,22 @@ mod tests {
             m.insert(*k, v.parse().unwrap());
         }
         m
+    }
+
+    #[test]
+    fn the_hostname_of_an_authority() {
+        for (authority, host) in [
+            ("a:1", "a"),
+            ("host", "host"),
+            (":80", ""),
+            ("", ""),
+            ("[::1]:80", "[::1]"),
+            ("[::1]", "[::1]"),
+            ("[::1", "[::1"),
+            ("[a]b]", "[a]"),
+        ] {
+            assert_eq!(hostname(authority), host, "{authority}");
+        }
     }
 
     #[test]

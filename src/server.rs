@@ -755,13 +755,16 @@ impl Gateway {
         // Boxed: it may move to a task of its own (`Inline`), with the record.
         let work: Work = crate::observe::carry(async move {
             let mut reply = reply;
+            // Boxed: the work is moved into its box (and its task-local
+            // scope) whole, and the upstream half's future is most of it.
             let (outcome, id, upstream) = if target.federated() {
                 use crate::bridge::half::UpstreamHalf;
                 let mut call = call;
                 let id = std::mem::take(&mut call.id);
-                (gateway.federation.call(&target, call, &caller, &mut reply).await, id, Generation::Modern)
+                let outcome = Box::pin(gateway.federation.call(&target, call, &caller, &mut reply)).await;
+                (outcome, id, Generation::Modern)
             } else {
-                let outcome = gateway.sessions.serve(&target, &call, &caller, &mut reply).await;
+                let outcome = Box::pin(gateway.sessions.serve(&target, &call, &caller, &mut reply)).await;
                 target.observed(outcome.unreachable());
                 (outcome, call.id, Generation::Legacy)
             };

@@ -323,8 +323,10 @@ impl Target {
             Some(Ok(g)) => Ok(g),
             // A probe is a connection attempt too.
             _ if self.breaker_open() => Err(Error::CircuitOpen),
-            // Only a probe takes a turn of the round-robin.
-            _ => self.detected.generation(self.pick()).await,
+            // Only a probe takes a turn of the round-robin. Boxed: a probe
+            // is an upstream exchange, and every request's future would
+            // otherwise have room for one (and be copied with it).
+            _ => Box::pin(self.detected.generation(self.pick())).await,
         }
     }
 

@@ -171,24 +171,26 @@ impl Client {
     fn encode(&self, method: &str, headers: &[(&str, &str)], body: &[u8]) -> Result<Vec<u8>, Error> {
         let t = &self.shared.target;
         let mut m = Vec::with_capacity(128 + t.path.len() + body.len() + headers.len() * 48);
-        for part in [method, " ", &t.path, " HTTP/1.1\r\nhost: ", &t.authority, "\r\n"] {
-            m.extend_from_slice(part.as_bytes());
-        }
+        let mut put = |parts: &[&[u8]]| parts.iter().for_each(|p| m.extend_from_slice(p));
+        put(&[
+            method.as_bytes(),
+            b" ",
+            t.path.as_bytes(),
+            b" HTTP/1.1\r\nhost: ",
+            t.authority.as_bytes(),
+            b"\r\n",
+        ]);
         for (name, value) in headers {
-            if !valid_value(value) || name.bytes().any(|b| !b.is_ascii_graphic() || b == b':') {
+            if !valid_value(value) || !valid_name(name) {
                 return Err(Error::Request("header with control characters"));
             }
-            for part in [*name, ": ", value, "\r\n"] {
-                m.extend_from_slice(part.as_bytes());
-            }
+            put(&[name.as_bytes(), b": ", value.as_bytes(), b"\r\n"]);
         }
         if !body.is_empty() || method == "POST" {
-            m.extend_from_slice(b"content-length: ");
-            m.extend_from_slice(body.len().to_string().as_bytes());
-            m.extend_from_slice(b"\r\n");
+            let mut digits = [0u8; 20];
+            put(&[b"content-length: ", decimal(body.len(), &mut digits), b"\r\n"]);
         }
-        m.extend_from_slice(b"\r\n");
-        m.extend_from_slice(body);
+        put(&[b"\r\n", body]);
         Ok(m)
     }
 
@@ -259,7 +261,52 @@ fn idempotent(method: &str) -> bool {
 }
 
 fn valid_value(v: &str) -> bool {
-    v.bytes().all(|b| b == b'\t' || (b >= 0x20 && b != 0x7f))
+    // Eight bytes at a time where none is below 0x20 or DEL; a tab (or a
+    // bad byte) has its eight looked at one by one.
+    all_bytes(v.as_bytes(), |w| below(w, 0x20) | equal(w, 0x7f), |b| b == b'\t' || (b >= 0x20 && b != 0x7f))
+}
+
+fn valid_name(name: &str) -> bool {
+    let odd = |w: u64| below(w, 0x21) | equal(w, 0x7f) | equal(w, b':') | (w & HIGH_BITS);
+    all_bytes(name.as_bytes(), odd, |b| b.is_ascii_graphic() && b != b':')
+}
+
+const LOW_BITS: u64 = 0x0101_0101_0101_0101;
+const HIGH_BITS: u64 = 0x8080_8080_8080_8080;
+
+/// Whether every byte passes `ok`, looking at eight at a time with `odd`
+/// (nonzero when some byte of the word may fail: a false alarm only costs
+/// a look at each of its bytes).
+fn all_bytes(bytes: &[u8], odd: impl Fn(u64) -> u64 + Copy, ok: impl Fn(u8) -> bool + Copy) -> bool {
+    let mut words = bytes.chunks_exact(8);
+    let whole = words.by_ref().all(|w| {
+        let word = u64::from_le_bytes(w.try_into().unwrap_or_default());
+        odd(word) == 0 || w.iter().all(|&b| ok(b))
+    });
+    whole && words.remainder().iter().all(|&b| ok(b))
+}
+
+/// Nonzero if some byte of `w` is below `n` (at most 0x80).
+fn below(w: u64, n: u8) -> u64 {
+    w.wrapping_sub(LOW_BITS * u64::from(n)) & !w & HIGH_BITS
+}
+
+/// Nonzero if some byte of `w` is `n`.
+fn equal(w: u64, n: u8) -> u64 {
+    below(w ^ (LOW_BITS * u64::from(n)), 1)
+}
+
+/// `n` in decimal, written into `digits` (no allocation).
+fn decimal(mut n: usize, digits: &mut [u8; 20]) -> &[u8] {
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &digits[at..];
+        }
+    }
 }
 
 struct Conn {

@@ -238,3 +238,126 @@ fn the_tree_of_params_is_built_in_the_same_walk() {
     let not_object = read_tree(br#"{"params":[1]}"#).unwrap();
     assert_eq!((not_object.items[0].params, not_object.items[0].tree.is_none()), (Params::Other, true));
 }
+
+/// serde_json's reading of a body, with its refusal in this module's words:
+/// what the walk must agree with wherever the gateway's own rules (repeated
+/// names, the depth cap) do not apply.
+fn serde_reading(body: &[u8]) -> Result<Value, &'static str> {
+    serde_json::from_slice::<Value>(body).map_err(|e| {
+        let text = e.to_string();
+        if text.starts_with("number out of range") {
+            "a number outside the range of a double"
+        } else if text.contains("surrogate") || text.contains("hex escape") {
+            "a lone surrogate or a bad \\u escape in a string"
+        } else if text.starts_with("invalid unicode code point") {
+            "invalid UTF-8"
+        } else if text.contains("control character") {
+            "a control character in a string"
+        } else if e.is_eof() {
+            "the body ends before its JSON does"
+        } else {
+            "the body is not valid JSON"
+        }
+    })
+}
+
+/// Compares the walk with serde_json on one body.
+fn agrees_with_serde(body: &[u8]) {
+    let shown = String::from_utf8_lossy(body);
+    let theirs = serde_reading(body);
+    match (read_tree(body), theirs) {
+        (Err(Refusal::Repeated { .. }), _) => {}
+        (Err(Refusal::Malformed(ours)), Err(theirs)) => assert_eq!(ours, theirs, "{shown}"),
+        (Err(ours), Ok(_)) => panic!("refused what serde_json reads ({ours:?}): {shown}"),
+        (Ok(_), Err(theirs)) => panic!("read what serde_json refuses ({theirs}): {shown}"),
+        (Ok(msg), Ok(tree)) => {
+            let Some(item) = msg.single() else { return };
+            let str_of = |v: &Value| v.as_str().map(str::to_string);
+            assert_eq!(
+                item.method.as_deref().map(str::to_string),
+                tree.get("method").and_then(str_of),
+                "{shown}"
+            );
+            assert_eq!(item.jsonrpc.as_deref().map(str::to_string), tree.get("jsonrpc").and_then(str_of));
+            let params = tree.get("params");
+            let name = params.and_then(|p| p.get("name")).and_then(str_of);
+            assert_eq!(item.name.as_deref().map(str::to_string), name, "{shown}");
+            let built = item.tree.clone().map(Value::Object);
+            assert_eq!(built.as_ref(), params.filter(|p| p.is_object()), "{shown}");
+            match (&item.id, tree.get("id")) {
+                (Id::Usable(ours), Some(theirs)) => assert_eq!(ours, theirs, "{shown}"),
+                (Id::Null, Some(Value::Null)) | (Id::Absent, None) => {}
+                (Id::Other, Some(theirs)) => {
+                    assert!(theirs.is_object() || theirs.is_array() || theirs.is_boolean())
+                }
+                (ours, theirs) => panic!("id {ours:?} against {theirs:?}: {shown}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn it_reads_and_refuses_as_serde_json_does() {
+    let seeds: [&[u8]; 6] = [
+        br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi","n":[1,-2.5e3,0,true,null]},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#,
+        br#"{"jsonrpc":"2.0","id":"x\u00e9\n","method":"resources/read","params":{"uri":"file:///\ud83d\ude00","x":{"a":1,"a":2}}}"#,
+        br#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"id":2,"result":{}}, 5, [1]]"#,
+        b" { \"a\" : [ 1 , 2.0 , -0 , 1E+2 , \"\\\"\\\\\\/\\b\\f\\n\\r\\t\" ] } ",
+        br#"{"id":-12345678901234567890,"params":{"big":123456789012345678901234567890,"f":1.5e-400}}"#,
+        b"\"caf\xc3\xa9\"",
+    ];
+    let snippets: [&[u8]; 22] = [
+        b"\\ud800",
+        b"\\udc00",
+        b"\\ud83d\\ude00",
+        b"\\u00e9",
+        b"\\u12g4",
+        b"\\x",
+        b"1e400",
+        b"-0",
+        b"01",
+        b"1.",
+        b"1e",
+        b"-",
+        b"\"name\"",
+        b"\"params\"",
+        b",",
+        b":",
+        b"{",
+        b"]",
+        b"\xff",
+        b"\xc3",
+        b"\x01",
+        b"tru",
+    ];
+    let alphabet = b"{}[],:\"\\ud80ceE+-.019trnlasfx \n\t";
+    // A fixed xorshift: the same bodies on every run.
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = |bound: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % bound as u64) as usize
+    };
+    for seed in seeds {
+        agrees_with_serde(seed);
+        for _ in 0..4000 {
+            let mut body = seed.to_vec();
+            for _ in 0..1 + next(3) {
+                let at = next(body.len() + 1);
+                match next(5) {
+                    0 if at < body.len() => body[at] = alphabet[next(alphabet.len())],
+                    1 if at < body.len() => {
+                        body.remove(at);
+                    }
+                    2 => body.truncate(at),
+                    _ => {
+                        let snippet = snippets[next(snippets.len())];
+                        body.splice(at..at, snippet.iter().copied());
+                    }
+                }
+            }
+            agrees_with_serde(&body);
+        }
+    }
+}

@@ -21,27 +21,37 @@ pub struct Response {
     pub status: u16,
     head: Bytes,
     headers: Vec<(Range<usize>, Range<usize>)>,
+    /// The first `Content-Type` among `headers`: asked of every answer.
+    content_type: Option<usize>,
     pub body: Body,
 }
 
 impl Response {
     /// Whether the answer is an SSE stream (by its `Content-Type`).
     pub fn is_sse(&self) -> bool {
-        self.header("content-type").is_some_and(|c| c.starts_with("text/event-stream"))
+        self.content_type().is_some_and(|c| c.starts_with("text/event-stream"))
     }
 
     /// Whether the answer is JSON (by its `Content-Type`).
     pub fn is_json(&self) -> bool {
-        self.header("content-type").is_some_and(|c| c.starts_with("application/json"))
+        self.content_type().is_some_and(|c| c.starts_with("application/json"))
+    }
+
+    fn content_type(&self) -> Option<&str> {
+        self.value(self.content_type?)
     }
 
     /// The first value of a header, if it is valid UTF-8.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| self.head[n.clone()].eq_ignore_ascii_case(name.as_bytes()))
-            .and_then(|(_, v)| std::str::from_utf8(&self.head[v.clone()]).ok())
-            .map(str::trim)
+        let at =
+            self.headers.iter().position(|(n, _)| self.head[n.clone()].eq_ignore_ascii_case(name.as_bytes()));
+        self.value(at?)
+    }
+
+    /// The value of the header at `at`, trimmed, if it is valid UTF-8.
+    fn value(&self, at: usize) -> Option<&str> {
+        let (_, v) = &self.headers[at];
+        std::str::from_utf8(&self.head[v.clone()]).ok().map(str::trim)
     }
 
     /// Every header as raw name and value bytes, in order (for fuzzing).
@@ -93,7 +103,8 @@ pub(super) async fn read_head(
                 let framing = parsed.framing(method);
                 let reusable = parsed.keep_alive && framing != Framing::Eof;
                 let body = Body::new(conn, framing, reusable, pool);
-                return Ok(Response { status: parsed.status, head, headers: parsed.headers, body });
+                let (status, headers, content_type) = (parsed.status, parsed.headers, parsed.content_type);
+                return Ok(Response { status, head, headers, content_type, body });
             }
         }
         scanned = conn.buf.len();
@@ -124,6 +135,7 @@ struct Parsed {
     status: u16,
     keep_alive: bool,
     headers: Vec<(Range<usize>, Range<usize>)>,
+    content_type: Option<usize>,
     length: Option<u64>,
     codings: Codings,
 }
@@ -141,7 +153,7 @@ fn parse_head(buf: &[u8]) -> Result<Option<Parsed>, Error> {
         return Err(Error::Invalid("response head too large"));
     }
     // httparse takes a bare LF for a line end; a proxy must not.
-    if buf[..len].iter().enumerate().any(|(i, &b)| b == b'\n' && (i == 0 || buf[i - 1] != b'\r')) {
+    if memchr::memchr_iter(b'\n', &buf[..len]).any(|i| i == 0 || buf[i - 1] != b'\r') {
         return Err(Error::Invalid("bare LF in the response head"));
     }
     let status = resp.code.unwrap_or(0);
@@ -154,6 +166,7 @@ fn parse_head(buf: &[u8]) -> Result<Option<Parsed>, Error> {
         status,
         keep_alive: http11,
         headers: Vec::new(),
+        content_type: None,
         length: None,
         codings: Codings::default(),
     };
@@ -173,6 +186,8 @@ fn parse_head(buf: &[u8]) -> Result<Option<Parsed>, Error> {
             parsed.length = content_length(h.value, parsed.length)?;
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
             parsed.codings.add(h.value)?;
+        } else if name.eq_ignore_ascii_case(b"content-type") {
+            parsed.content_type = parsed.content_type.or(Some(parsed.headers.len()));
         } else if name.eq_ignore_ascii_case(b"connection") {
             for token in h.value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
                 close |= token.eq_ignore_ascii_case(b"close");

@@ -658,3 +658,30 @@ async fn the_fields_of_interim_heads_are_not_read() {
     let r = over(&c, "POST", Script::new(vec![data.to_vec()], false)).await.unwrap();
     assert_eq!(body_soon(r).await.unwrap(), "ok");
 }
+
+#[test]
+fn header_bytes_are_checked_eight_at_a_time_as_one_at_a_time() {
+    let value_ok = |b: u8| b == b'\t' || (b >= 0x20 && b != 0x7f);
+    let name_ok = |b: u8| b.is_ascii_graphic() && b != b':';
+    for len in 0..20 {
+        for at in 0..len {
+            for b in 0..=255u8 {
+                let mut bytes = vec![b'a'; len];
+                bytes[at] = b;
+                let Ok(text) = std::str::from_utf8(&bytes) else { continue };
+                assert_eq!(super::valid_value(text), value_ok(b), "value {bytes:?}");
+                assert_eq!(super::valid_name(text), name_ok(b), "name {bytes:?}");
+            }
+        }
+    }
+    assert!(super::valid_value("") && super::valid_name(""));
+    assert!(super::valid_value("a\tb c\u{e9}d") && !super::valid_name("a\u{e9}"));
+}
+
+#[test]
+fn lengths_are_written_in_decimal() {
+    let mut digits = [0u8; 20];
+    for n in [0, 7, 10, 99, 1234567, usize::MAX] {
+        assert_eq!(super::decimal(n, &mut digits), n.to_string().as_bytes());
+    }
+}
