@@ -220,6 +220,46 @@ async fn a_retry_on_a_federated_route_reaches_the_owner_of_its_members_flow() {
     assert_eq!(b.metric_where(REQUESTS, "outcome=\"forwarded\"").await, 1.0, "gw-b forwarded it");
 }
 
+#[tokio::test]
+async fn a_federated_lists_cursor_is_followed_on_the_other_replica() {
+    let up = FakeUpstream::new()
+        .on_fn("tools/list", |msg| {
+            let page = |name: &str, next: Option<&str>| {
+                let mut r = json!({"tools": [{"name": name, "inputSchema": {"type": "object"}}]});
+                if let Some(n) = next {
+                    r["nextCursor"] = json!(n);
+                }
+                Answer::Result(r)
+            };
+            match msg["params"]["cursor"].as_str() {
+                None => page("first", Some("p2")),
+                _ => page("second", None),
+            }
+        })
+        .start()
+        .await;
+    let env = ClusterEnv::new("federated-cursor");
+    let replica = |name: &str| {
+        let mut config = env.replica(name, up.url()).upstream("generation = \"legacy\"");
+        config.extra = "[[routes]]\npath = \"/fed\"\nmembers = [\"up\"]\n".into();
+        config
+    };
+    let a = Replica::start(&replica("gw-a")).await;
+    let b = Replica::start(&replica("gw-b")).await;
+
+    let first = a.request_to("/fed", "tools/list").send().await;
+    assert_eq!(first.status, 200, "{}", first.raw);
+    assert_eq!(first.result()["tools"][0]["name"], "up__first", "{}", first.raw);
+    let cursor = first.result()["nextCursor"].clone();
+    let second = b.request_to("/fed", "tools/list").params(json!({"cursor": cursor})).send().await;
+    assert_eq!(second.status, 200, "{}", second.raw);
+    assert_eq!(second.result()["tools"][0]["name"], "up__second", "{}", second.raw);
+    assert!(second.result().get("nextCursor").is_none(), "{}", second.raw);
+    let lists = up.calls("tools/list");
+    assert_eq!(lists.len(), 2, "{}", up.dump());
+    assert_eq!(lists[1].session(), lists[0].session(), "page 2 on page 1's upstream session");
+}
+
 /// Round 1 of `n` flows alternating over the two replicas (concurrently),
 /// then every retry on the other replica (concurrently).
 async fn alternating_flows(a: &Replica, b: &Replica, n: u64) -> Vec<Reply> {

@@ -445,3 +445,52 @@ async fn a_2026_clients_listen_hears_every_member_tagged_and_advertised() {
     assert_eq!(subscribed[0].body["params"]["uri"], "file:///a", "the member's own URI");
     assert!(two.calls("resources/subscribe").is_empty(), "{}", two.dump());
 }
+
+#[tokio::test]
+async fn a_member_that_comes_back_is_listed_again_without_a_restart() {
+    let legacy = demo(sessionless::demo::Generation::Legacy).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let later = format!("http://127.0.0.1:{port}/mcp");
+    let gw = federated(&[("legacy", &legacy, "legacy"), ("later", &later, "legacy")], "").await;
+
+    let list = gw.request("tools/list").send().await;
+    assert!(names(list.result(), "tools", "name").iter().all(|t| !t.starts_with("later__")), "{}", list.raw);
+    let up = r#"sessionless_federation_member_up{route="/mcp",member="later"}"#;
+    let (_, metrics) = gw.get("/metrics").await;
+    assert!(metrics.contains(&format!("{up} 0")), "{metrics}");
+
+    let member = FakeUpstream::new()
+        .on(
+            "tools/list",
+            Answer::Result(json!({"tools": [{"name": "hello", "inputSchema": {"type": "object"}}]})),
+        )
+        .start_at(&format!("127.0.0.1:{port}"))
+        .await;
+    // The health probe takes the instance back; lists include it again.
+    let mut back = false;
+    for _ in 0..100 {
+        let list = gw.request("tools/list").send().await;
+        if names(list.result(), "tools", "name").contains(&"later__hello".to_string()) {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(back, "the member is listed again: {}", member.dump());
+    let (_, metrics) = gw.get("/metrics").await;
+    assert!(metrics.contains(&format!("{up} 1")), "{metrics}");
+}
+
+#[tokio::test]
+async fn tool_rate_limits_name_advertised_tools() {
+    let legacy = demo(sessionless::demo::Generation::Legacy).await;
+    let modern = demo(sessionless::demo::Generation::Modern).await;
+    let limits = "tool_rate_limits = { \"legacy__echo\" = { per_minute = 1, burst = 1 } }";
+    let gw = federated(&[("legacy", &legacy, "legacy"), ("modern", &modern, "modern")], limits).await;
+    let first = call(&gw, "legacy__echo", json!({"text": "a"})).send().await;
+    assert_eq!(first.status, 200, "{}", first.raw);
+    let second = call(&gw, "legacy__echo", json!({"text": "b"})).send().await;
+    assert_eq!(second.status, 429, "{}", second.raw);
+    let other = call(&gw, "modern__echo", json!({"text": "c"})).send().await;
+    assert_eq!(other.status, 200, "another member's echo has no limit: {}", other.raw);
+}

@@ -27,7 +27,8 @@
 #           onto the gateway's pooled upstream sessions (legacy_clients = "translate")
 #   federated  all four clients on a federated route (members py, everything and sdk2, the
 #           mcp==2.3.0 everything-server, a 2026 server), one profile per member with every
-#           name prefixed (federated-py, federated-everything, federated-sdk2)
+#           name prefixed (federated-py, federated-everything, federated-sdk2); then the
+#           sdk2 member killed and the py member's flows run again (federated-sdk2-down)
 #   mixed   per upstream, all four clients at the same time on the same forwarder
 #   then    every legacy session with several requests was served by both replicas, both
 #           replicas relayed legacy requests, and no session id was refused except as
@@ -85,7 +86,7 @@ start up-everything env PORT="$UP_EV" "$NODE" --import ./tests/interop/loopback.
 wait_http up-py-legacy "$PID_UP_PY" "http://127.0.0.1:$UP_PY/mcp" 30 || die "py-legacy upstream on 127.0.0.1:$UP_PY: $WAIT_REASON"
 wait_http up-everything "$PID_UP_EV" "http://127.0.0.1:$UP_EV/mcp" 30 || die "server-everything on 127.0.0.1:$UP_EV: $WAIT_REASON"
 # A 2026-07-28 server, a member of the federated route only.
-start up-sdk2 env -C "$EVERYTHING_PY" "$PY_MODERN" -m mcp_everything_server --port "$UP_SDK2"
+start up-sdk2 env -C "$EVERYTHING_PY" "$PY_MODERN" -m mcp_everything_server --port "$UP_SDK2"; PID_UP_SDK2=$LAST_PID
 wait_http up-sdk2 "$LAST_PID" "http://127.0.0.1:$UP_SDK2/mcp" 30 || die "SDK v2 everything-server on 127.0.0.1:$UP_SDK2: $WAIT_REASON"
 
 # ---------------------------------------------------------------- two replicas, shared keys
@@ -204,6 +205,14 @@ for member in py everything sdk2; do
   spawn "fed-ts-$member" "$NODE" tests/interop/ts_client.mjs --url "$url" --upstream "$up" --mrtr
   for c in legacy-py legacy-ts py ts; do collect "fed-$c-$member" federated; done
 done
+
+# One member killed: the route keeps serving the others (lists leave it out).
+kill -TERM -- "-$PID_UP_SDK2" 2>/dev/null || kill -TERM "$PID_UP_SDK2" 2>/dev/null || true
+wait "$PID_UP_SDK2" 2>/dev/null || true
+spawn "fed-down-legacy-py" "$PY_LEGACY" tests/interop/legacy_client.py --url "$url" --upstream federated-py --label "legacy-py/federated-py"
+spawn "fed-down-py" "$PY_MODERN" tests/interop/py_client.py --url "$url" --upstream federated-py --mrtr
+collect "fed-down-legacy-py" federated-sdk2-down
+collect "fed-down-py" federated-sdk2-down
 
 # ---------------------------------------------------------------- mixed: legacy and modern at once
 
