@@ -494,3 +494,37 @@ async fn tool_rate_limits_name_advertised_tools() {
     let other = call(&gw, "modern__echo", json!({"text": "c"})).send().await;
     assert_eq!(other.status, 200, "another member's echo has no limit: {}", other.raw);
 }
+
+#[tokio::test]
+async fn uris_inside_results_are_advertised() {
+    let member = FakeUpstream::new()
+        .on(
+            "tools/call",
+            Answer::Result(json!({"content": [
+                {"type": "text", "text": "see"},
+                {"type": "resource_link", "uri": "file:///report.txt", "name": "report"},
+                {"type": "resource", "resource": {"uri": "file:///inline.txt", "text": "x"}}
+            ]})),
+        )
+        .on(
+            "prompts/get",
+            Answer::Result(json!({"messages": [{"role": "user",
+                "content": {"type": "resource", "resource": {"uri": "file:///p.txt", "text": "y"}}}]})),
+        )
+        .start()
+        .await;
+    let gw = federated(&[("files", member.url(), "legacy")], "").await;
+    let called = call(&gw, "files__report", json!({})).send().await;
+    assert_eq!(called.status, 200, "{}", called.raw);
+    let content = &called.result()["content"];
+    assert_eq!(content[0]["text"], "see");
+    assert_eq!(content[1]["uri"], "files+file:///report.txt", "{}", called.raw);
+    assert_eq!(content[2]["resource"]["uri"], "files+file:///inline.txt", "{}", called.raw);
+    let got = gw.request("prompts/get").params(json!({"name": "files__p"})).send().await;
+    assert_eq!(
+        got.result()["messages"][0]["content"]["resource"]["uri"],
+        "files+file:///p.txt",
+        "{}",
+        got.raw
+    );
+}
