@@ -119,9 +119,10 @@ impl<L: UpstreamHalf, M: UpstreamHalf> Federation<L, M> {
                 let Some((member, call)) = self.completion(target, call, caller).await else {
                     return Error::invalid_params("unknown completion reference").into();
                 };
-                self.on_member(member, call, caller, notes).await
+                let outcome = self.on_member(member, call, caller, notes).await;
+                named_outcome(member, outcome)
             }
-            Method::SubscriptionsListen => Error::MethodNotFound(call.method.as_str().into()).into(),
+            // A listen stream comes through `subscribe` and `listen`, not as one outcome.
             _ => Error::MethodNotFound(call.method.as_str().into()).into(),
         }
     }
@@ -199,8 +200,7 @@ impl<L: UpstreamHalf, M: UpstreamHalf> Federation<L, M> {
         mut call: Call,
         caller: &Caller,
     ) -> Option<(&'t MemberTarget, Call)> {
-        let reference = call.params.get("ref")?.as_object()?.clone();
-        let mut reference = reference;
+        let mut reference = call.params.get("ref")?.as_object()?.clone();
         let member = match reference.get("type").and_then(Value::as_str)? {
             "ref/prompt" => {
                 let name = reference.get("name")?.as_str()?.to_string();
