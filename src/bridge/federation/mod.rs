@@ -184,7 +184,9 @@ impl<L: UpstreamHalf, M: UpstreamHalf> Federation<L, M> {
         let mut resolved = self.resolved.lock().expect("resolved lock");
         for original in items.iter().filter_map(|i| i.get("name")?.as_str()) {
             let advertised = names::advertised(&member.name, original);
-            if advertised.len() != member.name.len() + names::SEPARATOR.len() + original.len() {
+            let plain =
+                advertised.strip_prefix(member.name.as_str()).and_then(|r| r.strip_prefix(names::SEPARATOR));
+            if plain != Some(original) {
                 if resolved.len() >= MAX_RESOLVED {
                     resolved.clear();
                 }
