@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-use super::call::Streams;
 use super::call::{self, Done, InFlight};
 use super::mrtr::{self, ParkedFlow};
 use super::session::Session;
 use super::state::{self, FlowState, Rejected};
+use super::streams::Streams;
 use super::{translate, Bridge, Ctx};
 use crate::cluster::{ForwardError, Refused};
 use crate::config::Route;

@@ -12,6 +12,7 @@ mod mrtr;
 mod pool;
 mod session;
 mod state;
+mod streams;
 #[cfg(test)]
 mod tests;
 mod translate;

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
-use super::call::Streams;
 use super::pool::Exclusive;
 use super::session::Session;
+use super::streams::Streams;
 use crate::error::Error;
 use crate::upstream::SessionWire;
 
