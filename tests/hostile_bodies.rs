@@ -29,6 +29,7 @@ const HOSTILE: &[(&str, &str, i64)] = &[
     ("a lone surrogate in a name", r#""\ud800":1"#, -32700),
     ("arrays nested 200 deep", "DEEP", -32700),
     ("a repeated name", "REPEAT", -32600),
+    ("a name repeated in another case (a case-insensitive decoder's last match)", "REPEAT_CASE", -32600),
 ];
 
 /// The rules every route here has: deny tools delete_*, prompts secret_*,
@@ -70,6 +71,8 @@ fn fill(body: &str, hostile: &str, allowed: &str) -> String {
         "DEEP" => format!(r#""deep":{}{}"#, "[".repeat(200), "]".repeat(200)),
         "REPEAT" if body.contains(r#""uri""#) => format!(r#""uri":"{allowed}""#),
         "REPEAT" => format!(r#""name":"{allowed}""#),
+        "REPEAT_CASE" if body.contains(r#""uri""#) => format!(r#""URI":"{allowed}""#),
+        "REPEAT_CASE" => format!(r#""Name":"{allowed}""#),
         other => other.to_string(),
     };
     body.replacen(SLOT, &member, 1)
@@ -85,7 +88,7 @@ const CALLS: &[(&str, &str, &str)] = &[
 /// Places of the slot; a repeated name only counts inside the objects the
 /// gateway reads, and "top" repeats nothing of the call's.
 fn places(hostile: &str) -> &'static [&'static str] {
-    if hostile == "REPEAT" {
+    if hostile.starts_with("REPEAT") {
         &["params"]
     } else {
         &["arguments", "params", "top"]

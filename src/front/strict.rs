@@ -231,10 +231,16 @@ impl Default for Names<'_> {
 }
 
 impl<'n> Names<'n> {
-    /// Whether `name` is new. A `Cow`, not a `str`: a name kept stays
+    /// Whether `name` is new, its case folded: two names that differ only
+    /// in case (or by a letter that folds to another, `ſ` to `s`, the Kelvin
+    /// sign to `k`) are one name here, as they are to a decoder that matches
+    /// names case-insensitively (Go's `encoding/json`: the last one wins
+    /// there, so `{"name":"echo","Name":"delete_user"}` would run what the
+    /// gateway did not check). A `Cow`, not a `str`: a name kept stays
     /// borrowed from the body.
     #[allow(clippy::ptr_arg)]
     fn insert(&mut self, name: &Cow<'n, str>) -> bool {
+        let name = &folded(name);
         if let Some(at) = COMMON.iter().position(|c| *c == name.as_ref()) {
             let bit = 1 << at;
             let new = self.common & bit == 0;
@@ -254,6 +260,33 @@ impl<'n> Names<'n> {
         }
         self.many.insert(name.clone())
     }
+}
+
+/// `name` with its case folded (see [`Names::insert`]): borrowed when it
+/// is already (lowercase ASCII, as nearly every name is).
+fn folded<'n>(name: &Cow<'n, str>) -> Cow<'n, str> {
+    if name.bytes().all(|b| b.is_ascii() && !b.is_ascii_uppercase()) {
+        return name.clone();
+    }
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars().flat_map(char::to_lowercase) {
+        // Letters whose simple case folding differs from their lowercase.
+        out.push(match c {
+            'ſ' => 's',
+            'ς' => 'σ',
+            'ϐ' => 'β',
+            'ϑ' => 'θ',
+            'ϕ' => 'φ',
+            'ϖ' => 'π',
+            'ϰ' => 'κ',
+            'ϱ' => 'ρ',
+            'ϵ' => 'ε',
+            'ẛ' => 'ṡ',
+            '\u{1fbe}' => 'ι',
+            other => other,
+        });
+    }
+    Cow::Owned(out)
 }
 
 #[cfg(test)]

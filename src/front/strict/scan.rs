@@ -159,9 +159,8 @@ impl<'a> Scan<'a> {
             self.current = Item { object: true, ..Item::default() };
         }
         let unique = place.unique();
-        // A tree being built knows its names already. Not in an `Option`:
-        // the list is a few hundred bytes, made in place rather than moved.
-        let check_names = unique.is_some() && !build;
+        // Not in an `Option`: the list is a few hundred bytes, made in
+        // place rather than moved.
         let mut names = Names::default();
         let mut tree = build.then(Map::new);
         let mut first = true;
@@ -189,12 +188,7 @@ impl<'a> Scan<'a> {
             self.at += 1;
             let name = self.string()?;
             if let Some(place) = unique {
-                let seen = match &tree {
-                    _ if check_names => !names.insert(&name),
-                    Some(tree) => tree.contains_key(name.as_ref()),
-                    None => false,
-                };
-                if seen {
+                if !names.insert(&name) {
                     let name: String = name.chars().take(NAME_ECHO).collect();
                     return Err(Refusal::Repeated { place, name });
                 }

@@ -251,6 +251,8 @@ fn serde_reading(body: &[u8]) -> Result<Value, &'static str> {
             "a lone surrogate or a bad \\u escape in a string"
         } else if text.starts_with("invalid unicode code point") {
             "invalid UTF-8"
+        } else if text.starts_with("recursion limit exceeded") {
+            "arrays and objects nested more than 127 deep"
         } else if text.contains("control character") {
             "a control character in a string"
         } else if e.is_eof() {
@@ -360,4 +362,138 @@ fn it_reads_and_refuses_as_serde_json_does() {
             agrees_with_serde(&body);
         }
     }
+}
+
+#[test]
+fn names_spelt_with_escapes_are_one_name_everywhere_the_gateway_reads() {
+    let cases: [(&[u8], &str, &str); 7] = [
+        (br#"{"method":"tools/list","\u006dethod":"tools/call"}"#, "the message", "method"),
+        (br#"{"METHOD":"x","method":"a","m\u0065thod":"b"}"#, "the message", "method"),
+        (br#"{"params":{"name":"a","\u006E\u0061\u006d\u0065":"b"}}"#, "params", "name"),
+        (br#"{"params":{"_meta":{},"\u005fmeta":{}}}"#, "params", "_meta"),
+        (br#"{"params":{"arguments":{"a/b":1,"a\/b":2}}}"#, "params.arguments", "a/b"),
+        (br#"{"params":{"arguments":{"\ud83d\ude00":1,"\uD83D\uDE00":2}}}"#, "params.arguments", "\u{1f600}"),
+        (b"{\"params\":{\"_meta\":{\"\xc3\xa9\":1,\"\\u00e9\":2}}}", "params._meta", "\u{e9}"),
+    ];
+    for (body, place, name) in cases {
+        for r in [read(body), read_tree(body)] {
+            assert_eq!(
+                r.unwrap_err(),
+                Refusal::Repeated { place, name: name.to_string() },
+                "{}",
+                body.escape_ascii()
+            );
+        }
+    }
+    // Near twins are different names, in serde_json as here.
+    assert!(read(br#"{"method":"a","method\u0000":"b","method ":"c"}"#).is_ok());
+}
+
+#[test]
+fn grammar_edges_agree_with_serde_json() {
+    let bodies: [&[u8]; 44] = [
+        b"",
+        b" ",
+        b"\xef\xbb\xbf{}",
+        b"{}\x00",
+        b"{}\x0b",
+        b"{}\x0c",
+        b"\x0c{}",
+        b"{}\xc2\xa0",
+        b"-",
+        b"-0",
+        b"01",
+        b"-01",
+        b"1.",
+        b".5",
+        b"1e",
+        b"1e+",
+        b"+1",
+        b"1E400",
+        b"1e-400",
+        b"-1e-400",
+        b"1.7976931348623158e308",
+        b"1.7976931348623159e308",
+        b"0e999999999999999999999",
+        b"1e999999999999999999999",
+        b"\"\\/\"",
+        b"\"\\uABCD\\uabcd\"",
+        b"\"\\uDE00\\uD83D\"",
+        b"\"\\ud800\\n\"",
+        b"\"\\ud800\\ud800\"",
+        b"\"\\u0000\"",
+        b"\"\x7f\"",
+        b"\"\x1f\"",
+        b"\"\xed\xa0\x80\"",
+        b"\"\xc0\xaf\"",
+        b"\"\xe2\x82\"",
+        b"\"\xf4\x90\x80\x80\"",
+        b"\"\\ud800\\u",
+        b"[1,]",
+        b"[,1]",
+        b"{\"a\":1,}",
+        b"nulll",
+        b"[true false]",
+        b"Infinity",
+        b"NaN",
+    ];
+    for body in bodies {
+        agrees_with_serde(body);
+        let _ = read(body);
+    }
+    // Every special byte at every offset of short strings: the eight-at-a-time
+    // scan at chunk and buffer ends.
+    for len in 0..24 {
+        for at in 0..=len {
+            for special in
+                [&b"\""[..], b"\\n", b"\\u00e9", b"\x00", b"\x1f", b"\x7f", b"\x80", b"\xff", b"\xc3\xa9"]
+            {
+                let mut s = b"\"".to_vec();
+                s.extend(std::iter::repeat_n(b'a', at));
+                s.extend_from_slice(special);
+                s.extend(std::iter::repeat_n(b'b', len - at));
+                agrees_with_serde(&s);
+                s.push(b'"');
+                agrees_with_serde(&s);
+                agrees_with_serde(&[&b"{\"method\":"[..], &s, b"}"].concat());
+            }
+        }
+    }
+    // Arrays and objects mixed, around the cap.
+    for depth in MAX_DEPTH - 1..=MAX_DEPTH + 1 {
+        let open: String = (0..depth).map(|i| if i % 2 == 0 { "{\"a\":" } else { "[" }).collect();
+        let close: String = (0..depth).rev().map(|i| if i % 2 == 0 { "}" } else { "]" }).collect();
+        agrees_with_serde(format!("{open}1{close}").as_bytes());
+    }
+}
+
+#[test]
+fn names_that_differ_only_in_case_are_one_name_where_the_gateway_reads() {
+    // A decoder that matches names case-insensitively (Go's encoding/json,
+    // the last match winning) would read the second of each pair.
+    let cases: [(&[u8], &str, &str); 6] = [
+        (br#"{"jsonrpc":"2.0","id":1,"method":"ping","Method":"tools/call"}"#, "the message", "Method"),
+        (br#"{"method":"tools/call","params":{"name":"echo","Name":"delete_user"}}"#, "params", "Name"),
+        (br#"{"method":"tools/call","params":{"name":"echo","NAME":"delete_user"}}"#, "params", "NAME"),
+        ("{\"params\":{\"_meta\":{},\"_META\":{}}}".as_bytes(), "params", "_META"),
+        ("{\"params\":{\"arguments\":{\"path\":1,\"PATH\":2}}}".as_bytes(), "params.arguments", "PATH"),
+        // `ſ` folds to `s`, the Kelvin sign to `k`.
+        ("{\"params\":{\"name\":\"x\"},\"paramſ\":{\"name\":\"y\"}}".as_bytes(), "the message", "paramſ"),
+    ];
+    for (body, place, name) in cases {
+        for r in [read(body), read_tree(body)] {
+            assert_eq!(
+                r.unwrap_err(),
+                Refusal::Repeated { place, name: name.to_string() },
+                "{}",
+                body.escape_ascii()
+            );
+        }
+    }
+    let kelvin = "{\"params\":{\"arguments\":{\"k\":1,\"\u{212a}\":2}}}";
+    assert!(matches!(read(kelvin.as_bytes()), Err(Refusal::Repeated { .. })));
+    // Names the gateway does not read are not judged: a tool's result, say.
+    assert!(read(br#"{"jsonrpc":"2.0","id":1,"result":{"Name":1,"name":2}}"#).is_ok());
+    // One spelling alone is fine.
+    assert!(read(br#"{"method":"tools/call","params":{"Name":"x","arguments":{"Path":1}}}"#).is_ok());
 }
