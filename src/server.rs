@@ -21,9 +21,6 @@ use crate::bridge::{
     federation, legacy_client, legacy_relay, modern_client, sessions, stateless, Caller, Cell, Generation,
     Held, Services, Target, Targets,
 };
-
-/// A federated route's half, over the two upstream halves.
-type Federation = federation::Federation<sessions::Bridge, stateless::Bridge>;
 use crate::cluster;
 use crate::config::{Config, ConnLimits};
 use crate::conn::Tracked;
@@ -35,6 +32,9 @@ use crate::metrics::{EndedLabels, HeaderLabels, Metrics, OutcomeOnlyLabels};
 use crate::ratelog::RateLimitedLog;
 use crate::reply::{self, Body, Reply};
 use crate::upstream::credentials::{client_token, Forwarded, Secret, CLIENT_TOKEN};
+
+/// A federated route's half, over the two upstream halves.
+type Federation = federation::Federation<sessions::Bridge, stateless::Bridge>;
 
 pub struct Gateway {
     /// The routes with their upstream handles, the auth verifiers, the
