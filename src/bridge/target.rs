@@ -185,11 +185,13 @@ impl Target {
         let limits = same
             .filter(|t| t.route.rate_limit == r.rate_limit && t.route.tool_rate_limits == r.tool_rate_limits)
             .map(|t| t.limits.clone());
+        // Never probed nor exported: each member has its own, under its own route.
+        let unexported = Metrics::register(&mut prometheus_client::registry::Registry::default());
         Target {
             route: r.clone(),
             instances: Arc::from([]),
             next: AtomicUsize::new(0),
-            detected: Arc::new(Detected::new(r.upstream.generation, metrics.clone(), r)),
+            detected: Arc::new(Detected::new(r.upstream.generation, unexported, r)),
             limits: limits
                 .unwrap_or_else(|| Arc::new(RateLimits::new(r, config.limits.max_rate_limit_keys, metrics))),
             slots: None,
