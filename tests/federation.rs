@@ -528,3 +528,12 @@ async fn uris_inside_results_are_advertised() {
         got.raw
     );
 }
+
+#[tokio::test]
+async fn a_list_no_member_answered_is_an_error_not_an_empty_list() {
+    let closed = support::closed_port_url().await;
+    let gw = federated(&[("gone", &closed, "legacy")], "").await;
+    let list = gw.request("tools/list").send().await;
+    assert!(matches!(list.status.as_u16(), 502 | 503), "{}", list.raw);
+    assert_eq!(list.body["error"]["data"]["member"], "gone", "{}", list.raw);
+}

@@ -317,6 +317,8 @@ impl<L: UpstreamHalf, M: UpstreamHalf> Federation<L, M> {
         let mut next = Vec::new();
         let first = cache.is_none();
         let mut cache = cache.unwrap_or_default();
+        let mut answered = 0;
+        let mut failed = None;
         for (member, outcome) in pages {
             let page = match outcome {
                 Outcome::Complete(page) => page.into_tree(),
@@ -328,10 +330,14 @@ impl<L: UpstreamHalf, M: UpstreamHalf> Federation<L, M> {
                         outcome = other.label(),
                         "a federated member left out of a list"
                     );
+                    if let (None, Outcome::Failed(Failure::Gateway(e))) = (&failed, other) {
+                        failed = Some((member, e));
+                    }
                     continue;
                 }
             };
             let Ok(mut page) = page else { continue };
+            answered += 1;
             self.learn(member, call.method, &page);
             if first {
                 cache.take(&page);
@@ -342,6 +348,13 @@ impl<L: UpstreamHalf, M: UpstreamHalf> Federation<L, M> {
             if let Some(Value::Array(list)) = page.remove(key) {
                 items.extend(list.into_iter().map(|item| advertise_item(&member.name, field, item)));
             }
+        }
+        // Not one member answered: the list is not empty, it is unknown.
+        if answered == 0 {
+            return match failed {
+                Some((member, e)) => member_error(member, e),
+                None => Error::UpstreamInvalid("no member answered the list").into(),
+            };
         }
         let mut result = Map::new();
         result.insert(key.into(), Value::Array(items));
