@@ -14,6 +14,18 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Every answer body: in-memory, streamed SSE, or relayed from another replica.
 pub type Body = BoxBody<Bytes, BoxError>;
 
+/// A 200 `text/event-stream` answer with `body` (not cached, not buffered
+/// by a proxy in front).
+pub fn sse_response(body: Body) -> Response<Body> {
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .header("x-accel-buffering", "no")
+        .body(body)
+        .expect("static response parts are valid")
+}
+
 /// A complete in-memory body.
 pub fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into()).map_err(|never| match never {}).boxed()
@@ -57,13 +69,7 @@ impl Reply {
         let stream = futures_util::stream::unfold(srx, |mut rx| async move {
             rx.recv().await.map(|b| (Ok::<_, BoxError>(Frame::data(b)), rx))
         });
-        let resp = Response::builder()
-            .status(StatusCode::OK)
-            .header(header::CONTENT_TYPE, "text/event-stream")
-            .header(header::CACHE_CONTROL, "no-cache")
-            .header("x-accel-buffering", "no")
-            .body(StreamBody::new(stream).boxed())
-            .expect("static response parts are valid");
+        let resp = sse_response(StreamBody::new(stream).boxed());
         tx.send(resp).map_err(|_| ClientGone)?;
         self.state = State::Streaming(stx);
         Ok(())

@@ -96,14 +96,9 @@ impl Relay {
 
     /// The client's answer: 200 `text/event-stream` carrying the relayed events.
     pub fn response(self, session: Option<HeaderValue>) -> Response<Body> {
-        let mut resp = Response::new(BodyExt::boxed(RelayBody::new(self)));
-        *resp.status_mut() = StatusCode::OK;
-        let h = resp.headers_mut();
-        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+        let mut resp = crate::reply::sse_response(BodyExt::boxed(RelayBody::new(self)));
         if let Some(session) = session {
-            h.insert(crate::front::headers::SESSION_ID, session);
+            resp.headers_mut().insert(crate::front::headers::SESSION_ID, session);
         }
         resp
     }

@@ -11,6 +11,20 @@ pub const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 pub const PROGRESS_TOKEN: &str = "progressToken";
 /// A result's `_meta` key for the server that answered it.
 pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+/// A listen stream's `_meta` key naming its subscription.
+pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// Tags `msg` (a notification) with the subscription `id` in its
+/// `params._meta`; `false` when `msg`, its params or its `_meta` is not an object.
+pub fn tag_subscription(msg: &mut Value, id: &Value) -> bool {
+    let Some(obj) = msg.as_object_mut() else { return false };
+    let params = obj.entry("params").or_insert_with(|| Value::Object(Map::new()));
+    let Some(params) = params.as_object_mut() else { return false };
+    let meta = params.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
+    let Some(meta) = meta.as_object_mut() else { return false };
+    meta.insert(SUBSCRIPTION_ID.into(), id.clone());
+    true
+}
 const RESERVED_PREFIX: &str = "io.modelcontextprotocol/";
 
 /// RFC 5424 severities, ordered.

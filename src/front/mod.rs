@@ -12,7 +12,7 @@ use http::HeaderMap;
 use serde_json::{Map, Value};
 
 use crate::error::Error;
-pub use meta::{LogLevel, Meta, SERVER_INFO};
+pub use meta::{tag_subscription, LogLevel, Meta, SERVER_INFO, SUBSCRIPTION_ID};
 
 /// The protocol revision this front door speaks, and the ones a client may
 /// request (newest first), from the one table of revisions.

@@ -25,7 +25,7 @@ use super::target::{Ask, MemberTarget};
 use super::{Caller, Services, Target};
 use crate::error::Error;
 use crate::front::generation::Generation;
-use crate::front::{Call, Method, SUPPORTED_VERSIONS};
+use crate::front::{Call, Method, SUBSCRIPTION_ID, SUPPORTED_VERSIONS};
 use crate::metrics::MemberOutcomeLabels;
 use crate::reply::{Body, Reply};
 use http::Response;
@@ -463,7 +463,9 @@ impl<L: UpstreamHalf, M: UpstreamHalf> Federation<L, M> {
                 let _held = (&place, &hold);
                 frame
             });
-        Ok(event_stream(http_body_util::BodyExt::boxed(http_body_util::StreamBody::new(stream))))
+        Ok(crate::reply::sse_response(http_body_util::BodyExt::boxed(http_body_util::StreamBody::new(
+            stream,
+        ))))
     }
 
     /// The members' change streams (each `(member, its call)`), merged,
@@ -531,7 +533,9 @@ impl<L: UpstreamHalf, M: UpstreamHalf> UpstreamHalf for Federation<L, M> {
             let _hold = &hold;
             frame
         });
-        Ok(event_stream(http_body_util::BodyExt::boxed(http_body_util::StreamBody::new(merged))))
+        Ok(crate::reply::sse_response(http_body_util::BodyExt::boxed(http_body_util::StreamBody::new(
+            merged,
+        ))))
     }
 }
 
@@ -559,20 +563,6 @@ impl Cache {
     }
 }
 
-/// An SSE answer with `body`.
-fn event_stream(body: Body) -> Response<Body> {
-    Response::builder()
-        .status(http::StatusCode::OK)
-        .header(http::header::CONTENT_TYPE, "text/event-stream")
-        .header(http::header::CACHE_CONTROL, "no-cache")
-        .header("x-accel-buffering", "no")
-        .body(body)
-        .expect("static response parts are valid")
-}
-
-/// The `_meta` key naming a listen stream's subscription.
-const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
-
 /// A member's listen event for the client's stream: its change
 /// notifications tagged with the client's subscription `id`; its own
 /// acknowledgement and final result dropped (the merged stream has its own).
@@ -582,12 +572,9 @@ fn tagged_notification(text: &str, id: &Value) -> Result<Option<String>, ()> {
     if !method.starts_with("notifications/") || method == "notifications/subscriptions/acknowledged" {
         return Ok(Some(String::new()));
     }
-    let Some(obj) = msg.as_object_mut() else { return Err(()) };
-    let params = obj.entry("params").or_insert_with(|| json!({}));
-    let Some(params) = params.as_object_mut() else { return Err(()) };
-    let meta = params.entry("_meta").or_insert_with(|| json!({}));
-    let Some(meta) = meta.as_object_mut() else { return Err(()) };
-    meta.insert(SUBSCRIPTION_ID.into(), id.clone());
+    if !crate::front::tag_subscription(&mut msg, id) {
+        return Err(());
+    }
     Ok(Some(msg.to_string()))
 }
 

@@ -672,7 +672,7 @@ fn listen_event(data: &str) -> Result<Option<String>, ()> {
     }
     if let Some(Value::Object(params)) = msg.get_mut("params") {
         if let Some(Value::Object(meta)) = params.get_mut("_meta") {
-            meta.remove("io.modelcontextprotocol/subscriptionId");
+            meta.remove(crate::front::SUBSCRIPTION_ID);
             if meta.is_empty() {
                 params.remove("_meta");
             }

@@ -17,13 +17,12 @@ use crate::config::Route;
 use crate::error::error_body;
 use crate::error::Error;
 use crate::front::Call;
-use crate::front::SUPPORTED_VERSIONS;
+use crate::front::{tag_subscription, SUBSCRIPTION_ID, SUPPORTED_VERSIONS};
 use crate::metrics::Metrics;
 use crate::reply::{Body, Reply};
 use crate::upstream::channel::Messages;
 use http::Response;
 
-const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 const MAX_SUBSCRIBED_URIS: usize = 256;
 
 /// What the client asked for, cut down to what the upstream can deliver.
@@ -106,15 +105,18 @@ impl Filter {
 fn tagged(mut msg: Value, id: &Value) -> Value {
     if let Some(obj) = msg.as_object_mut() {
         obj.remove("id");
-        let params = obj.entry("params").or_insert_with(|| json!({}));
-        if let Some(p) = params.as_object_mut() {
-            let meta = p.entry("_meta").or_insert_with(|| json!({}));
-            if let Some(m) = meta.as_object_mut() {
-                m.insert(SUBSCRIPTION_ID.into(), id.clone());
-            }
+    }
+    tag_subscription(&mut msg, id);
+    msg
+}
+
+/// Subscribes upstream, on `session`, to each of `uris`; a refusal is logged.
+async fn subscribe_uris(session: &Session, uris: &[String], timeout: std::time::Duration) {
+    for uri in uris {
+        if let Err(e) = simple_request(session, "resources/subscribe", json!({"uri": uri}), timeout).await {
+            crate::log_limited!(tracing::Level::WARN, error = %e, "resources/subscribe failed upstream");
         }
     }
-    msg
 }
 
 impl Bridge {
@@ -176,13 +178,7 @@ impl Bridge {
         reply: &mut Reply,
     ) -> Option<(Filter, Option<Box<dyn Messages>>)> {
         let filter = filter.honoured(&session.init);
-        let timeout = route.upstream.response_timeout;
-        for uri in &filter.uris {
-            if let Err(e) = simple_request(session, "resources/subscribe", json!({"uri": uri}), timeout).await
-            {
-                crate::log_limited!(tracing::Level::WARN, error = %e, "resources/subscribe failed upstream");
-            }
-        }
+        subscribe_uris(session, &filter.uris, route.upstream.response_timeout).await;
         let stream = match session.channel.messages(&session.wire, None).await {
             Ok(s) => Some(s),
             Err(e) => {
@@ -276,14 +272,7 @@ impl Bridge {
         let filter = filter.honoured(&session.init);
         // The resources asked for by URI (a federated route's 2026 client
         // asks a member here), subscribed on the stream's session.
-        let timeout = route.upstream.response_timeout;
-        for uri in &filter.uris {
-            if let Err(e) =
-                simple_request(&session, "resources/subscribe", json!({"uri": uri}), timeout).await
-            {
-                crate::log_limited!(tracing::Level::WARN, error = %e, "resources/subscribe failed upstream");
-            }
-        }
+        subscribe_uris(&session, &filter.uris, route.upstream.response_timeout).await;
         let wants_any = filter.tools || filter.prompts || filter.resources || !filter.uris.is_empty();
         let stream = match session.channel.messages(&session.wire, None).await {
             Ok(stream) if wants_any => stream,
