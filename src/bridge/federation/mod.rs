@@ -93,7 +93,9 @@ impl<L: UpstreamHalf, M: UpstreamHalf> Federation<L, M> {
                     return Error::invalid_params("params.name is required").into();
                 };
                 let kind = if call.method == Method::ToolsCall { "tool" } else { "prompt" };
-                let Some((member, original)) = self.resolve(target, &call, caller, &name).await else {
+                let list =
+                    if call.method == Method::ToolsCall { Method::ToolsList } else { Method::PromptsList };
+                let Some((member, original)) = self.resolve(target, &call, list, caller, &name).await else {
                     return Error::invalid_params(format!("unknown {kind} `{name}`")).into();
                 };
                 let mut call = call;
@@ -127,11 +129,13 @@ impl<L: UpstreamHalf, M: UpstreamHalf> Federation<L, M> {
         }
     }
 
-    /// The member and original name behind an advertised tool or prompt name.
+    /// The member and original name behind an advertised tool or prompt
+    /// name, which `list` (tools or prompts) holds; `call` lends its `_meta`.
     async fn resolve<'t>(
         &self,
         target: &'t Target,
         call: &Call,
+        list: Method,
         caller: &Caller,
         name: &str,
     ) -> Option<(&'t MemberTarget, String)> {
@@ -146,7 +150,6 @@ impl<L: UpstreamHalf, M: UpstreamHalf> Federation<L, M> {
         }
         // Not seen in a list yet: read the member's list as this caller
         // would, unless it was read lately.
-        let list = if call.method == Method::ToolsCall { Method::ToolsList } else { Method::PromptsList };
         {
             let mut read = self.read_for_names.lock().expect("read_for_names lock");
             let now = std::time::Instant::now();
@@ -206,9 +209,8 @@ impl<L: UpstreamHalf, M: UpstreamHalf> Federation<L, M> {
         let member = match reference.get("type").and_then(Value::as_str)? {
             "ref/prompt" => {
                 let name = reference.get("name")?.as_str()?.to_string();
-                let mut prompt = call.clone();
-                prompt.method = Method::PromptsGet;
-                let (member, original) = self.resolve(target, &prompt, caller, &name).await?;
+                let (member, original) =
+                    self.resolve(target, &call, Method::PromptsList, caller, &name).await?;
                 reference.insert("name".into(), Value::String(original));
                 member
             }
@@ -249,6 +251,20 @@ impl<L: UpstreamHalf, M: UpstreamHalf> Federation<L, M> {
         };
         self.mark(member, &outcome);
         outcome
+    }
+
+    /// [`Self::on_member`] for a list or discover, within the route's
+    /// `federation_list_timeout`; nothing of it reaches the client on the way.
+    async fn within(
+        &self,
+        target: &Target,
+        member: &MemberTarget,
+        call: Call,
+        caller: &Caller,
+    ) -> Result<Outcome, tokio::time::error::Elapsed> {
+        let (mut quiet, _unheard) = Reply::new(false);
+        let timeout = target.route.federation_list_timeout;
+        tokio::time::timeout(timeout, self.on_member(member, call, caller, &mut quiet)).await
     }
 
     /// Counts the outcome and marks the member down (it did not answer) or up.
@@ -297,12 +313,7 @@ impl<L: UpstreamHalf, M: UpstreamHalf> Federation<L, M> {
         let pages = asks.into_iter().map(|(member, cursor)| {
             let ask = list_call(&call, call.method, cursor);
             async move {
-                let (mut quiet, _unheard) = Reply::new(false);
-                let page = tokio::time::timeout(
-                    route.federation_list_timeout,
-                    self.on_member(member, ask, caller, &mut quiet),
-                );
-                let outcome = match page.await {
+                let outcome = match self.within(target, member, ask, caller).await {
                     Ok(outcome) => outcome,
                     Err(_) => {
                         member.up.set(0);
@@ -376,14 +387,7 @@ impl<L: UpstreamHalf, M: UpstreamHalf> Federation<L, M> {
     async fn discover(&self, target: &Target, call: Call, caller: &Caller) -> Outcome {
         let asks = target.members.iter().map(|member| {
             let ask = call.clone();
-            async move {
-                let (mut quiet, _unheard) = Reply::new(false);
-                let found = tokio::time::timeout(
-                    target.route.federation_list_timeout,
-                    self.on_member(member, ask, caller, &mut quiet),
-                );
-                (member, found.await)
-            }
+            async move { (member, self.within(target, member, ask, caller).await) }
         });
         let mut capabilities = Map::new();
         let mut instructions = Vec::new();
