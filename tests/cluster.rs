@@ -184,17 +184,22 @@ async fn a_retry_on_the_other_replica_is_forwarded_to_the_owner_and_completes() 
     assert_eq!(answers_of(&up, 1).len(), 1, "replays never reach the upstream");
 }
 
-#[tokio::test]
-async fn a_retry_on_a_federated_route_reaches_the_owner_of_its_members_flow() {
-    let up = asking(false, 0).start().await;
-    let env = ClusterEnv::new("federated");
+/// Two replicas `gw-a` and `gw-b` with, beside `/mcp`, a federated route
+/// `/fed` whose one member is `up` (taken as legacy).
+async fn federated_pair(env: &ClusterEnv, up: &Upstream) -> (Replica, Replica) {
     let replica = |name: &str| {
         let mut config = env.replica(name, up.url()).upstream("generation = \"legacy\"");
         config.extra = "[[routes]]\npath = \"/fed\"\nmembers = [\"up\"]\n".into();
         config
     };
-    let a = Replica::start(&replica("gw-a")).await;
-    let b = Replica::start(&replica("gw-b")).await;
+    (Replica::start(&replica("gw-a")).await, Replica::start(&replica("gw-b")).await)
+}
+
+#[tokio::test]
+async fn a_retry_on_a_federated_route_reaches_the_owner_of_its_members_flow() {
+    let up = asking(false, 0).start().await;
+    let env = ClusterEnv::new("federated");
+    let (a, b) = federated_pair(&env, &up).await;
     let advertised = |flow: u64| json!({"name": "up__weather", "arguments": {"flow": flow}});
 
     let first =
@@ -222,30 +227,9 @@ async fn a_retry_on_a_federated_route_reaches_the_owner_of_its_members_flow() {
 
 #[tokio::test]
 async fn a_federated_lists_cursor_is_followed_on_the_other_replica() {
-    let up = FakeUpstream::new()
-        .on_fn("tools/list", |msg| {
-            let page = |name: &str, next: Option<&str>| {
-                let mut r = json!({"tools": [{"name": name, "inputSchema": {"type": "object"}}]});
-                if let Some(n) = next {
-                    r["nextCursor"] = json!(n);
-                }
-                Answer::Result(r)
-            };
-            match msg["params"]["cursor"].as_str() {
-                None => page("first", Some("p2")),
-                _ => page("second", None),
-            }
-        })
-        .start()
-        .await;
+    let up = FakeUpstream::new().paged_tools(&["first", "second"]).start().await;
     let env = ClusterEnv::new("federated-cursor");
-    let replica = |name: &str| {
-        let mut config = env.replica(name, up.url()).upstream("generation = \"legacy\"");
-        config.extra = "[[routes]]\npath = \"/fed\"\nmembers = [\"up\"]\n".into();
-        config
-    };
-    let a = Replica::start(&replica("gw-a")).await;
-    let b = Replica::start(&replica("gw-b")).await;
+    let (a, b) = federated_pair(&env, &up).await;
 
     let first = a.request_to("/fed", "tools/list").send().await;
     assert_eq!(first.status, 200, "{}", first.raw);

@@ -192,20 +192,7 @@ async fn a_member_that_is_down_is_left_out_and_named() {
 /// A fake member whose tool list comes in pages of one, with a name no
 /// strict client accepts.
 fn paged_member() -> FakeUpstream {
-    FakeUpstream::new().on_fn("tools/list", |msg| {
-        let page = |name: &str, next: Option<&str>| {
-            let mut r = json!({"tools": [{"name": name, "inputSchema": {"type": "object"}}]});
-            if let Some(n) = next {
-                r["nextCursor"] = json!(n);
-            }
-            Answer::Result(r)
-        };
-        match msg["params"]["cursor"].as_str() {
-            None => page("files.read", Some("p2")),
-            Some("p2") => page("second", Some("p3")),
-            _ => page("third", None),
-        }
-    })
+    FakeUpstream::new().paged_tools(&["files.read", "second", "third"])
 }
 
 #[tokio::test]

@@ -123,6 +123,26 @@ impl FakeUpstream {
         self
     }
 
+    /// A `tools/list` in pages of one tool each, `names` in order: page `n`
+    /// (from 2) is asked for with the cursor `p<n>`.
+    #[allow(dead_code)]
+    pub fn paged_tools(self, names: &'static [&'static str]) -> FakeUpstream {
+        self.on_fn("tools/list", move |msg| {
+            let at = match msg["params"]["cursor"].as_str() {
+                None => 0,
+                Some(c) => {
+                    c.strip_prefix('p').and_then(|n| n.parse::<usize>().ok()).map_or(names.len(), |n| n - 1)
+                }
+            };
+            let Some(name) = names.get(at) else { return Answer::Error(-32602, "bad cursor".into()) };
+            let mut r = json!({"tools": [{"name": name, "inputSchema": {"type": "object"}}]});
+            if at + 1 < names.len() {
+                r["nextCursor"] = json!(format!("p{}", at + 2));
+            }
+            Answer::Result(r)
+        })
+    }
+
     /// What a GET with `Last-Event-ID` serves for a stream that answered `method`.
     pub fn on_resume(mut self, method: &str, steps: Vec<Step>) -> FakeUpstream {
         self.resume.insert(method.into(), steps);
