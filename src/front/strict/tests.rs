@@ -364,6 +364,21 @@ fn it_reads_and_refuses_as_serde_json_does() {
     }
 }
 
+/// Each body, read with and without a `params` tree, is refused for the
+/// name repeated at the place given.
+fn assert_repeated(cases: &[(&[u8], &'static str, &str)]) {
+    for &(body, place, name) in cases {
+        for r in [read(body), read_tree(body)] {
+            assert_eq!(
+                r.unwrap_err(),
+                Refusal::Repeated { place, name: name.to_string() },
+                "{}",
+                body.escape_ascii()
+            );
+        }
+    }
+}
+
 #[test]
 fn names_spelt_with_escapes_are_one_name_everywhere_the_gateway_reads() {
     let cases: [(&[u8], &str, &str); 7] = [
@@ -375,16 +390,7 @@ fn names_spelt_with_escapes_are_one_name_everywhere_the_gateway_reads() {
         (br#"{"params":{"arguments":{"\ud83d\ude00":1,"\uD83D\uDE00":2}}}"#, "params.arguments", "\u{1f600}"),
         (b"{\"params\":{\"_meta\":{\"\xc3\xa9\":1,\"\\u00e9\":2}}}", "params._meta", "\u{e9}"),
     ];
-    for (body, place, name) in cases {
-        for r in [read(body), read_tree(body)] {
-            assert_eq!(
-                r.unwrap_err(),
-                Refusal::Repeated { place, name: name.to_string() },
-                "{}",
-                body.escape_ascii()
-            );
-        }
-    }
+    assert_repeated(&cases);
     // Near twins are different names, in serde_json as here.
     assert!(read(br#"{"method":"a","method\u0000":"b","method ":"c"}"#).is_ok());
 }
@@ -480,16 +486,7 @@ fn names_that_differ_only_in_case_are_one_name_where_the_gateway_reads() {
         // `ſ` folds to `s`, the Kelvin sign to `k`.
         ("{\"params\":{\"name\":\"x\"},\"paramſ\":{\"name\":\"y\"}}".as_bytes(), "the message", "paramſ"),
     ];
-    for (body, place, name) in cases {
-        for r in [read(body), read_tree(body)] {
-            assert_eq!(
-                r.unwrap_err(),
-                Refusal::Repeated { place, name: name.to_string() },
-                "{}",
-                body.escape_ascii()
-            );
-        }
-    }
+    assert_repeated(&cases);
     let kelvin = "{\"params\":{\"arguments\":{\"k\":1,\"\u{212a}\":2}}}";
     assert!(matches!(read(kelvin.as_bytes()), Err(Refusal::Repeated { .. })));
     // Names the gateway does not read are not judged: a tool's result, say.
