@@ -524,3 +524,31 @@ async fn a_list_no_member_answered_is_an_error_not_an_empty_list() {
     assert!(matches!(list.status.as_u16(), 502 | 503), "{}", list.raw);
     assert_eq!(list.body["error"]["data"]["member"], "gone", "{}", list.raw);
 }
+
+#[tokio::test]
+async fn a_member_slower_than_the_list_timeout_is_left_out_and_marked_down() {
+    let slow = FakeUpstream::new()
+        .on("tools/list", Answer::delayed(3_000, Answer::Result(json!({"tools": [{"name": "late"}]}))))
+        .start()
+        .await;
+    let legacy = demo(sessionless::demo::Generation::Legacy).await;
+    let gw = federated(
+        &[("legacy", &legacy, "legacy"), ("slow", slow.url(), "legacy")],
+        "federation_list_timeout_ms = 300",
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let list = gw.request("tools/list").send().await;
+    assert_eq!(list.status, 200, "{}", list.raw);
+    assert!(
+        started.elapsed() < std::time::Duration::from_millis(2_500),
+        "the list waited for the slow member"
+    );
+    let tools = names(list.result(), "tools", "name");
+    assert!(tools.contains(&"legacy__echo".to_string()) && !tools.iter().any(|t| t.starts_with("slow__")));
+    let (_, metrics) = gw.get("/metrics").await;
+    assert!(
+        metrics.contains(r#"sessionless_federation_member_up{route="/mcp",member="slow"} 0"#),
+        "{metrics}"
+    );
+}
