@@ -1062,3 +1062,77 @@ async fn a_legacy_client_is_translated_onto_the_stdio_route() {
     assert_eq!(done["id"], "q", "{done}");
     assert!(done.to_string().contains("Ada"), "{done}");
 }
+
+// ---------------------------------------------------------------- configuration
+
+#[test]
+fn keys_that_only_make_sense_over_http_are_refused_beside_command_naming_the_line() {
+    let argv = vec!["/bin/true".to_string()];
+    for (key, line) in [
+        ("url = \"http://127.0.0.1:9/mcp\"", "url"),
+        ("urls = [\"http://127.0.0.1:9/mcp\"]", "urls"),
+        ("headers = { \"X-A\" = { value = \"b\" } }", "headers"),
+        ("connect_timeout_ms = 100", "connect_timeout_ms"),
+        ("forward_authorization = \"Authorization\"", "forward_authorization"),
+        ("legacy_clients = \"relay\"", "legacy_clients"),
+    ] {
+        let text = stdio_toml(&argv, key, "");
+        let err = match Config::from_toml(&text) {
+            Ok(_) => panic!("`{key}` beside `command` is accepted:\n{text}"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains("line 4") && err.contains(line), "{key}: {err}");
+    }
+    // Without them, the same table is a valid stdio upstream.
+    parse(&stdio_toml(&argv, "max_processes = 2\nstart_timeout_ms = 1000\nspare_processes = 1", ""));
+}
+
+fn check_config(file: &Path, probe: bool, env: &[(&str, &str)]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_sessionless"))
+        .arg("check-config")
+        .args(probe.then_some("--probe"))
+        .arg(file)
+        .env_clear()
+        .envs(env.iter().copied())
+        .output()
+        .expect("the binary runs")
+}
+
+#[tokio::test]
+async fn check_config_shows_the_command_with_env_values_redacted_checks_the_program_and_probes() {
+    let s = Scratch::new("check");
+    let keys = "env = { \"ROOT\" = { value = \"/srv/value-not-shown\" }, \"TOKEN\" = { value_env = \"STDIO_CHECK_TOKEN\" } }";
+    let file = s.path("ok.toml");
+    std::fs::write(&file, stdio_toml(&s.argv(&[]), keys, "")).unwrap();
+    let out = check_config(&file, false, &[("STDIO_CHECK_TOKEN", "token-not-shown")]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("stdio_fake.py"), "the command is shown: {stdout}");
+    assert!(stdout.contains("ROOT"), "the variables are named: {stdout}");
+    for hidden in ["value-not-shown", "token-not-shown"] {
+        assert!(!stdout.contains(hidden) && !stderr.contains(hidden), "{hidden} printed: {stdout}{stderr}");
+    }
+
+    assert!(s.spawned().is_empty(), "offline: nothing started");
+
+    // --probe starts it, initializes, lists its tools and stops it.
+    let out = check_config(&file, true, &[("STDIO_CHECK_TOKEN", "token-not-shown")]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("spawn_grandchild") && stdout.contains("stderr_flood"), "its tools: {stdout}");
+    let probed = s.spawned();
+    assert_eq!(probed.len(), 1, "{probed:?}");
+    assert_gone(&probed, Duration::from_secs(5), "the probed process").await;
+
+    let script = s.path("not-executable.sh");
+    std::fs::write(&script, "#!/bin/sh\n").unwrap();
+    let script = script.to_str().unwrap();
+    for (name, program) in [("missing.toml", "/nonexistent/mcp-server"), ("not-executable.toml", script)] {
+        let file = s.path(name);
+        std::fs::write(&file, stdio_toml(&[program.to_string()], "", "")).unwrap();
+        let out = check_config(&file, false, &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{program} is refused");
+        assert!(stderr.contains(program), "{program} is named: {stderr}");
+    }
+}

@@ -9,7 +9,7 @@ object that names the process (`pid`), so a test knows which process served it.
 Flags (the gateway passes argv as it is, no shell):
   --exit-at-once     exit 1 at once (a command that keeps failing)
   --no-init          never answer `initialize` (a start that never completes)
-  --ignore-term      ignore SIGTERM (only KILL stops it)
+  --ignore-term      ignore SIGTERM, and stdin closing too (only KILL stops it)
   --init-delay-ms N  wait N ms before answering `initialize`
   --count-file PATH  append this process's PID to PATH at start (count spawns)
 
@@ -309,6 +309,8 @@ def main():
         if isinstance(msg, dict):
             handle(msg, flags)
     # stdin closed: the gateway is gone or done with us.
+    while flags["ignore_term"]:
+        time.sleep(3600)
     os._exit(0)
 
 
