@@ -111,6 +111,11 @@ pub async fn probe_upstreams(config: &Config) -> Result<Vec<(String, String, Str
     let targets = bridge::Targets::new(config, &metrics)?;
     let mut out = Vec::new();
     for t in targets.onto_upstreams() {
+        if let (Some(stdio), Some(command)) = (t.stdio(), &t.route.upstream.stdio) {
+            let found = stdio.probe().await.unwrap_or_else(|why| format!("unusable: {why}"));
+            out.push((t.route.id.clone(), t.route.upstream.name.clone(), command.describe(), found));
+            continue;
+        }
         let found = match t.generation().await {
             Ok(_) | Err(error::Error::UpstreamRefused) => t.detected.describe(),
             Err(e) => format!("unreachable ({})", e.reason()),

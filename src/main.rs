@@ -177,8 +177,9 @@ fn logging(format: LogFormat, access_log: bool) {
 }
 
 async fn gateway(config: Config, source: Option<sessionless::reload::Source>) -> anyhow::Result<()> {
-    let urls = |r: &sessionless::config::Route| {
-        r.upstream.urls.iter().map(ToString::to_string).collect::<Vec<_>>().join(" ")
+    let urls = |r: &sessionless::config::Route| match &r.upstream.stdio {
+        Some(command) => format!("stdio: {}", command.describe()),
+        None => r.upstream.urls.iter().map(ToString::to_string).collect::<Vec<_>>().join(" "),
     };
     let routes: Vec<String> = config.routes.iter().map(|r| format!("{} -> {}", r.path, urls(r))).collect();
     let running = match source {

@@ -71,7 +71,7 @@ pub fn map_send_error(e: SendError, sent: bool) -> Error {
         SendError::Denied { status, client_token } => Error::UpstreamDenied { status, client_token },
         SendError::Invalid(why) => Error::UpstreamInvalid(why),
         SendError::TooLarge => Error::UpstreamTooLarge,
-        SendError::Start { timed_out } => Error::ProcessStart { timed_out },
+        SendError::Start { timed_out } => Error::ProcessStart { timed_out, upstream: None },
         SendError::Busy => Error::UpstreamBusy,
         SendError::Share => Error::TooManySessions,
     }
