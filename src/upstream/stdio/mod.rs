@@ -41,6 +41,10 @@ pub const ADMISSION_WAIT: Duration = Duration::from_secs(2);
 /// The first delay after a failed start; it doubles per failure.
 const BACKOFF_FIRST: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// A process is stopped to make room for another session only once idle
+/// this long: a call's requests (its tool list, then the call) come in a
+/// row on the same session.
+const EVICT_AFTER: Duration = Duration::from_millis(250);
 
 /// A stdio upstream as one route's channel (a route's health and
 /// configuration over its upstream's shared [`Fleet`]).
@@ -578,20 +582,27 @@ impl Fleet {
     /// Spawns a process once a place is free (stopping an idle one to make
     /// room), waiting until `deadline` at most.
     async fn spawn(self: &Arc<Self>, deadline: Instant) -> Result<Arc<Process>, SendError> {
-        let place = loop {
-            if let Ok(place) = self.places.clone().try_acquire_owned() {
-                break place;
-            }
-            // Each time a request ends, a process may have gone idle: stop one.
-            let freed = self.freed.notified();
-            self.make_room();
-            tokio::select! {
-                place = self.places.clone().acquire_owned() => match place {
-                    Ok(place) => break place,
-                    Err(_) => return Err(SendError::NotSent),
-                },
-                _ = freed => continue,
-                _ = tokio::time::sleep_until(deadline) => return Err(SendError::Busy),
+        let place = match self.places.clone().try_acquire_owned() {
+            Ok(place) => place,
+            Err(_) => {
+                // In line for a place (first come, first served), stopping an
+                // idle process each time a request ends and one may have gone idle.
+                let queued = self.places.clone().acquire_owned();
+                tokio::pin!(queued);
+                loop {
+                    let freed = self.freed.notified();
+                    self.make_room();
+                    tokio::select! {
+                        place = &mut queued => match place {
+                            Ok(place) => break place,
+                            Err(_) => return Err(SendError::NotSent),
+                        },
+                        _ = freed => continue,
+                        // A process may have been idle long enough by now.
+                        _ = tokio::time::sleep(EVICT_AFTER / 4) => continue,
+                        _ = tokio::time::sleep_until(deadline) => return Err(SendError::Busy),
+                    }
+                }
             }
         };
         self.spawn_with(place)
@@ -668,11 +679,16 @@ impl Fleet {
         let idle = {
             let families = self.families.lock().expect("families lock");
             let processes = families.values().flat_map(|f| f.processes.lock().expect("family lock").clone());
-            processes.filter_map(|p| Some((p.idle()?, p))).max_by_key(|(idle, _)| *idle)
+            // A session just opened has not had its first call yet: spared a while.
+            let evictable = |p: &Arc<Process>| !p.fresh(ADMISSION_WAIT);
+            let idle = processes.filter(evictable).filter_map(|p| Some((p.idle()?, p)));
+            idle.max_by_key(|(idle, _)| *idle).filter(|(idle, _)| *idle >= EVICT_AFTER)
         };
         // Still idle (a request may have been linked since): stopped.
         if let Some((idle, p)) = idle {
-            p.stop_if_idle(idle);
+            if !p.stop_asked() && p.stop_if_idle(idle) {
+                tracing::debug!(upstream = %self.name, pid = p.pid, "idle upstream process stopped to make room");
+            }
         }
     }
 
@@ -698,6 +714,7 @@ impl Fleet {
     fn close(&self, id: &str) {
         let family = self.families.lock().expect("families lock").remove(id);
         for p in family.iter().flat_map(|f| f.live()) {
+            tracing::debug!(upstream = %self.name, pid = p.pid, "session closed: upstream process stopped");
             p.stop();
         }
     }

@@ -83,6 +83,8 @@ pub struct Process {
     pub initialized: AtomicBool,
     /// Told when a request is answered or let go (a process may be free).
     freed: Arc<Notify>,
+    /// Whether a request has been linked since `initialize` was answered.
+    used: AtomicBool,
 }
 
 /// What [`spawn`] started: the process, and its owner's parts.
@@ -125,6 +127,7 @@ pub fn spawn(command: &StdioCommand, env: &[(String, String)], freed: Arc<Notify
         epoch,
         initialized: AtomicBool::new(false),
         freed,
+        used: AtomicBool::new(false),
     });
     Ok(Spawned { process, child, stdout, stderr })
 }
@@ -166,6 +169,9 @@ impl Process {
             return None;
         }
         let (tx, rx) = mpsc::channel(SINK_DEPTH);
+        if self.initialized.load(Ordering::Acquire) {
+            self.used.store(true, Ordering::Release);
+        }
         links.requests.insert(id, tx);
         if let Some(token) = token {
             links.tokens.insert(token, id);
@@ -220,6 +226,13 @@ impl Process {
         let since = p.idle_since.load(Ordering::Relaxed);
         let now = p.epoch.elapsed().as_millis() as u64;
         (links.requests.is_empty() && !reading).then(|| Duration::from_millis(now.saturating_sub(since)))
+    }
+
+    /// Whether it was initialized less than `spared` ago and has had no
+    /// request since (its session's first call is on its way).
+    pub fn fresh(&self, spared: Duration) -> bool {
+        let idle = self.idle().unwrap_or_default();
+        self.initialized.load(Ordering::Acquire) && !self.used.load(Ordering::Acquire) && idle < spared
     }
 
     /// Stops the process if it has been idle for at least `idle`: checked
