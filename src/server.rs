@@ -703,7 +703,9 @@ impl Gateway {
             Ok(slot) => admission._call._upstream = Some(slot),
             Err(e) => return self.reject(&target, Some(&call.id), &e, started),
         }
-        if cell == Cell::ModernModern {
+        // Passed through to an HTTP instance as received; a process of a
+        // stdio upstream is written the typed call (`run`, on the 2026 half).
+        if cell == Cell::ModernModern && target.stdio().is_none() {
             return Box::pin(self.pass(target, call, caller, admission, started)).await;
         }
         self.run(target, call, caller, admission, started).await
@@ -763,6 +765,14 @@ impl Gateway {
             self.services.count(&target, cell, "subscriptions/listen", outcome, started);
             return resp;
         }
+        let exchanged = onto_stdio_modern(&target);
+        if call.method == front::Method::SubscriptionsListen && exchanged {
+            // Its notifications would name no request: nothing links them to the stream.
+            let e = Error::MethodNotFound("subscriptions/listen (not carried to a stdio upstream)".into());
+            let cell = (Generation::Modern, Generation::Modern);
+            self.services.count(&target, cell, "subscriptions/listen", e.reason(), started);
+            return error_response(Some(&call.id), &e);
+        }
         let (reply, answer) = Reply::new(crate::guard::accepts_sse(&caller.headers));
         let method = call.method.as_str();
         let gateway = self.clone();
@@ -789,6 +799,12 @@ impl Gateway {
                 let mut call = call;
                 let id = std::mem::take(&mut call.id);
                 let outcome = Box::pin(gateway.federation.call(&target, call, &caller, &mut reply)).await;
+                (outcome, id, Generation::Modern)
+            } else if exchanged {
+                use crate::bridge::half::UpstreamHalf;
+                let mut call = call;
+                let id = std::mem::take(&mut call.id);
+                let outcome = Box::pin(gateway.stateless.call(&target, call, &caller, &mut reply)).await;
                 (outcome, id, Generation::Modern)
             } else {
                 let outcome = Box::pin(gateway.sessions.serve(&target, &call, &caller, &mut reply)).await;
@@ -844,6 +860,12 @@ impl Gateway {
             }
         }
     }
+}
+
+/// Whether `target`'s calls go to a 2026 server over stdio: as typed calls
+/// of the 2026 half (there are no bytes to pass through to a process).
+fn onto_stdio_modern(target: &Target) -> bool {
+    target.stdio().is_some() && matches!(target.detected.known(), Some(Ok(Generation::Modern)))
 }
 
 /// What the front door made of a POST, for the cells of its generation.

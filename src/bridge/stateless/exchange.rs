@@ -199,7 +199,10 @@ impl Bridge {
             let body = json!({"jsonrpc": "2.0", "id": sent, "method": "tools/list", "params": params});
             let body = serde_json::to_vec(&body).expect("serialises");
             let request = Stateless { method: "tools/list", name: None, params: &[], body: &body };
-            let upstream: &dyn Channel = target.pick();
+            let upstream: &dyn Channel = match target.stdio() {
+                Some(stdio) => stdio,
+                None => target.pick(),
+            };
             let send = || upstream.send_stateless(&request);
             let answer = without_client_token(channel::once_more(upstream.health(), send)).await.ok()?;
             let msg = read_message(upstream, answer, &sent, None, deadline).await.ok()?;
@@ -219,6 +222,11 @@ impl Bridge {
         rewrite: Rewrite,
         hold: Box<dyn std::any::Any + Send + Sync>,
     ) -> Result<Response<Body>, Error> {
+        // A process's notifications name no request: no stream is carried
+        // over stdio (a legacy client's GET gets what a server without one says).
+        if target.stdio().is_some() {
+            return Err(Error::MethodNotAllowed);
+        }
         let Call { id, mut params, meta, .. } = call;
         params.insert("_meta".into(), Value::Object(meta.into_object()));
         let body = json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen", "params": params});

@@ -12,11 +12,14 @@
 //!   id and progress token; so a request that must get the questions and
 //!   log lines that name no request has its process to itself until its
 //!   response, and other requests share processes.
+//! - A 2026 server's processes (`generation = "modern"`) are no sessions:
+//!   one pool, any process serving any request ([`stateless`]).
 //! - The gateway writes only ids it minted: requests' ids come from the
 //!   session half, and a question a process asks gets a gateway id before
 //!   it is passed on; the answer is written back under the process's own.
 
 mod process;
+mod stateless;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -80,6 +83,9 @@ impl Stdio {
     /// tools and stops it. What it found, or why not.
     pub async fn probe(&self) -> Result<String, String> {
         let upstream = &self.0.upstream;
+        if upstream.generation == crate::config::UpstreamGeneration::Modern {
+            return self.probe_stateless().await;
+        }
         let init = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": upstream.protocol_version,
             "capabilities": {},
@@ -194,9 +200,8 @@ impl Channel for Stdio {
         false
     }
 
-    fn send_stateless<'a>(&'a self, _request: &'a Stateless<'a>) -> Pending<'a, Result<Sent, SendError>> {
-        // Stdio upstreams are legacy (configuration refuses a 2026 one for now).
-        Box::pin(async { Err(SendError::Invalid("stateless request to a stdio upstream")) })
+    fn send_stateless<'a>(&'a self, request: &'a Stateless<'a>) -> Pending<'a, Result<Sent, SendError>> {
+        Box::pin(self.write_stateless(request))
     }
 
     fn messages<'a>(
@@ -751,10 +756,11 @@ impl Fleet {
 
     fn stop_idle(&self, idle: Duration) {
         let mut families = self.families.lock().expect("families lock");
-        families.retain(|_, f| {
+        families.retain(|key, f| {
             let mut processes = f.processes.lock().expect("family lock");
             processes.retain(|p| !p.stop_if_idle(idle) && !p.is_ended());
-            !processes.is_empty() || f.growing.load(Ordering::Acquire) > 0
+            // A modern fleet's pool stays, empty or not (a request may be taking it).
+            !processes.is_empty() || f.growing.load(Ordering::Acquire) > 0 || key == stateless::POOL
         });
     }
 
