@@ -92,7 +92,8 @@ async fn modern_clients_list_and_call_through_a_2026_server_over_stdio() {
         .send()
         .await;
     assert_eq!(progress.body["id"], "p", "{}", progress.raw);
-    let notes: Vec<&Value> = progress.notes.iter().filter(|n| n["method"] == "notifications/progress").collect();
+    let notes: Vec<&Value> =
+        progress.notes.iter().filter(|n| n["method"] == "notifications/progress").collect();
     assert_eq!(notes.len(), 3, "its three progress notifications: {}", progress.raw);
     assert!(notes.iter().all(|n| n["params"]["progressToken"] == "my-token"), "{}", progress.raw);
     // The tool answers with the token it was given: the gateway's, not the client's.
@@ -101,7 +102,11 @@ async fn modern_clients_list_and_call_through_a_2026_server_over_stdio() {
     // Log lines name no request: they reach the call that asked (it had a
     // process to itself), and no other.
     let (logged, quiet) = tokio::join!(
-        gw.request("tools/call").id(json!("l")).params(call_params("test_tool_with_logging")).log_level("info").send(),
+        gw.request("tools/call")
+            .id(json!("l"))
+            .params(call_params("test_tool_with_logging"))
+            .log_level("info")
+            .send(),
         gw.request("tools/call").id(json!("q")).params(call_params("test_tool_with_logging")).send(),
     );
     let lines = |r: &Reply| r.notes.iter().filter(|n| n["method"] == "notifications/message").count();
@@ -109,7 +114,8 @@ async fn modern_clients_list_and_call_through_a_2026_server_over_stdio() {
     assert_eq!(lines(&quiet), 0, "{}", quiet.raw);
     assert!(text_of(&quiet).contains("executed successfully"), "{}", quiet.raw);
 
-    let error = gw.request("tools/call").id(json!("e")).params(call_params("test_error_handling")).send().await;
+    let error =
+        gw.request("tools/call").id(json!("e")).params(call_params("test_error_handling")).send().await;
     assert_eq!(error.status, 200, "{}", error.raw);
     assert_eq!(error.result()["isError"], true, "{}", error.raw);
 
@@ -135,8 +141,13 @@ async fn a_round_of_questions_is_retried_on_another_replica_and_its_process() {
     let b = Replica::start(&replica("gw-b")).await;
 
     let tool = "test_input_required_result_request_state";
-    let first =
-        a.request("tools/call").id(json!(1)).params(call_params(tool)).capabilities(json!({"elicitation": {}})).send().await;
+    let first = a
+        .request("tools/call")
+        .id(json!(1))
+        .params(call_params(tool))
+        .capabilities(json!({"elicitation": {}}))
+        .send()
+        .await;
     assert_eq!(first.status, 200, "{}", first.raw);
     let result = first.result();
     assert_eq!(result["resultType"], "input_required", "{}", first.raw);
@@ -147,7 +158,13 @@ async fn a_round_of_questions_is_retried_on_another_replica_and_its_process() {
     let mut params = call_params(tool);
     params["requestState"] = json!(state);
     params["inputResponses"] = json!({"confirm": {"action": "accept", "content": {"ok": true}}});
-    let retry = b.request("tools/call").id(json!(2)).params(params).capabilities(json!({"elicitation": {}})).send().await;
+    let retry = b
+        .request("tools/call")
+        .id(json!(2))
+        .params(params)
+        .capabilities(json!({"elicitation": {}}))
+        .send()
+        .await;
     assert_eq!(retry.status, 200, "{}", retry.raw);
     assert_eq!(retry.body["id"], 2, "{}", retry.raw);
     assert_eq!(text_of(&retry), "state-ok: confirmation received", "{}", retry.raw);
@@ -164,7 +181,13 @@ async fn a_round_of_questions_is_retried_on_another_replica_and_its_process() {
     let mut params = call_params(tool);
     params["requestState"] = json!(tampered);
     params["inputResponses"] = json!({"confirm": {"action": "accept", "content": {"ok": true}}});
-    let refused = b.request("tools/call").id(json!(3)).params(params).capabilities(json!({"elicitation": {}})).send().await;
+    let refused = b
+        .request("tools/call")
+        .id(json!(3))
+        .params(params)
+        .capabilities(json!({"elicitation": {}}))
+        .send()
+        .await;
     assert!(refused.error_code().is_some(), "{}", refused.raw);
 }
 
@@ -190,7 +213,8 @@ async fn a_legacy_client_is_translated_onto_a_2026_server_over_stdio() {
 
     // The server's question is pushed on the POST's stream; the answer goes
     // back as the retry, to any process.
-    let mut events = client.stream(&session, call(json!("ask"), "test_input_required_result_request_state")).await;
+    let mut events =
+        client.stream(&session, call(json!("ask"), "test_input_required_result_request_state")).await;
     assert_eq!(events.status, 200);
     let question = events.next().await.expect("a question");
     assert_eq!(question["method"], "elicitation/create", "{question}");

@@ -33,14 +33,17 @@ impl Stdio {
     /// Writes a 2026 request on a process of the pool; its messages come
     /// back under the caller's id and token.
     pub(super) async fn write_stateless(&self, request: &Stateless<'_>) -> Result<Sent, SendError> {
-        let mut msg: Value = serde_json::from_slice(request.body).map_err(|_| SendError::Invalid("encode"))?;
+        let mut msg: Value =
+            serde_json::from_slice(request.body).map_err(|_| SendError::Invalid("encode"))?;
         let id = msg.get("id").cloned().ok_or(SendError::Invalid("not a request"))?;
         let minted = mint_id();
         msg["id"] = Value::from(minted);
         let meta = msg.pointer_mut("/params/_meta").and_then(Value::as_object_mut);
         let alone = meta.as_ref().is_some_and(|m| m.contains_key(LOG_LEVEL));
-        let token = meta.and_then(|m| m.get_mut("progressToken")).map(|t| std::mem::replace(t, json!(mint_id())));
-        let linked = msg.pointer("/params/_meta/progressToken").filter(|_| token.is_some()).map(Value::to_string);
+        let token =
+            meta.and_then(|m| m.get_mut("progressToken")).map(|t| std::mem::replace(t, json!(mint_id())));
+        let linked =
+            msg.pointer("/params/_meta/progressToken").filter(|_| token.is_some()).map(Value::to_string);
         let bytes = serde_json::to_vec(&msg).map_err(|_| SendError::Invalid("encode"))?;
         let fleet = &self.0.fleet;
         let pool = fleet.pool().ok_or(SendError::NotSent)?;
@@ -78,10 +81,16 @@ impl Stdio {
             };
             let listed = tokio::time::timeout(self.0.upstream.response_timeout, stream.next()).await;
             let Ok(Ok(listed)) = listed else { return Err("no answer to tools/list".to_string()) };
-            let tools: Vec<&str> = (listed.pointer("/result/tools").and_then(Value::as_array).into_iter().flatten())
-                .filter_map(|t| t.get("name").and_then(Value::as_str))
-                .collect();
-            Ok(format!("modern over stdio ({}), {} tools: {}", crate::front::MODERN_VERSION, tools.len(), tools.join(", ")))
+            let tools: Vec<&str> =
+                (listed.pointer("/result/tools").and_then(Value::as_array).into_iter().flatten())
+                    .filter_map(|t| t.get("name").and_then(Value::as_str))
+                    .collect();
+            Ok(format!(
+                "modern over stdio ({}), {} tools: {}",
+                crate::front::MODERN_VERSION,
+                tools.len(),
+                tools.join(", ")
+            ))
         }
         .await;
         self.0.fleet.stop_all().await;
@@ -220,7 +229,9 @@ impl Messages for Relinked {
                         continue;
                     }
                     (Some(_), None) => {
-                        if let (Some(token), Some(t)) = (&self.token, msg.pointer_mut("/params/progressToken")) {
+                        if let (Some(token), Some(t)) =
+                            (&self.token, msg.pointer_mut("/params/progressToken"))
+                        {
                             *t = token.clone();
                         }
                     }
