@@ -357,7 +357,8 @@ impl Family {
             let freed = fleet.freed.notified();
             let grow = {
                 let mut processes = self.processes.lock().expect("family lock");
-                processes.retain(|p| !p.is_ended());
+                // A process being stopped takes no request (it would refuse the link).
+                processes.retain(|p| !p.is_ended() && !p.stop_asked());
                 if processes.is_empty() && self.growing.load(Ordering::Acquire) == 0 {
                     return Err(SendError::SessionGone);
                 }
@@ -753,7 +754,7 @@ impl Fleet {
         let mut families = self.families.lock().expect("families lock");
         families.retain(|_, f| {
             let mut processes = f.processes.lock().expect("family lock");
-            processes.retain(|p| !p.stop_if_idle(idle) && !p.is_ended());
+            processes.retain(|p| !p.stop_if_idle(idle) && !p.stop_asked() && !p.is_ended());
             !processes.is_empty() || f.growing.load(Ordering::Acquire) > 0
         });
     }
