@@ -125,7 +125,7 @@ impl Stdio {
             let sent = fleet.open(message, &msg).await;
             match &sent {
                 Ok(_) => self.0.health.recovered(),
-                Err(SendError::Start { .. }) => self.0.health.failed(),
+                Err(SendError::Start { .. }) => self.0.health.failed("its process does not start"),
                 Err(_) => {}
             }
             return sent;
