@@ -1153,3 +1153,46 @@ async fn check_config_probe_starts_initializes_lists_tools_and_stops_the_process
     assert_eq!(probed.len(), 1, "one process started: {probed:?}\n{stdout}");
     assert_gone(&probed, Duration::from_secs(5), "the probed process").await;
 }
+
+// ---------------------------------------------------------------- federation
+
+/// A federated route whose members are a stdio upstream and an HTTP one:
+/// lists merged, a call and a question reach the stdio member's process.
+#[tokio::test]
+async fn a_stdio_member_of_a_federated_route_serves_lists_calls_and_questions() {
+    let s = Scratch::new("federated");
+    let http = support::FakeUpstream::new().paged_tools(&["remote"]).start().await;
+    let toml = format!(
+        "[[upstreams]]\nname = \"local\"\n{}\n\n[[upstreams]]\nname = \"remote\"\nurl = \"{}\"\ngeneration = \"legacy\"\n\n\
+         [[routes]]\npath = \"/mcp\"\nmembers = [\"local\", \"remote\"]\n",
+        command_line(&s.argv(&[])),
+        http.url()
+    );
+    let gw = Gateway::with_config(parse(&toml)).await;
+
+    let listed = gw.request("tools/list").send().await;
+    assert_eq!(listed.status, 200, "{}", listed.raw);
+    let names: Vec<&str> =
+        listed.result()["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    assert!(names.contains(&"local__echo") && names.contains(&"local__ask"), "{names:?}");
+    assert!(names.iter().any(|n| n.starts_with("remote__")), "{names:?}");
+
+    let echoed = tool(&gw, json!(2), "local__echo", json!({"text": "hi"})).send().await;
+    let got = answer(&echoed, "local__echo");
+    assert_eq!(got["text"], "hi", "{got}");
+    let pid = pid_in(&got);
+    assert_eq!(s.spawned(), vec![pid], "the stdio member's one process served the list and the call");
+
+    let first = tool(&gw, json!(3), "local__ask", json!({})).capabilities(elicitation()).send().await;
+    let (state, key, question) = round(&first, "round 1 on the federated route");
+    assert_eq!(question["method"], "elicitation/create");
+    let done = gw
+        .request("tools/call")
+        .id(json!(4))
+        .params(retry_params("local__ask", &state, &key, &ada()))
+        .capabilities(elicitation())
+        .send()
+        .await;
+    let got = answer(&done, "the retry on the federated route");
+    assert_eq!(got["answer"], ada(), "{got}");
+}

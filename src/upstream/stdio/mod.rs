@@ -131,7 +131,7 @@ impl Stdio {
             let sent = fleet.open(message, &msg).await;
             match &sent {
                 Ok(_) => self.0.health.recovered(),
-                Err(SendError::Start { .. }) => self.0.health.failed(),
+                Err(SendError::Start { .. }) => self.0.health.failed("its process does not start"),
                 Err(_) => {}
             }
             return sent;
@@ -362,7 +362,8 @@ impl Family {
             let freed = fleet.freed.notified();
             let grow = {
                 let mut processes = self.processes.lock().expect("family lock");
-                processes.retain(|p| !p.is_ended());
+                // A process being stopped takes no request (it would refuse the link).
+                processes.retain(|p| !p.is_ended() && !p.stop_asked());
                 if processes.is_empty() && self.growing.load(Ordering::Acquire) == 0 {
                     return Err(SendError::SessionGone);
                 }
@@ -758,7 +759,7 @@ impl Fleet {
         let mut families = self.families.lock().expect("families lock");
         families.retain(|key, f| {
             let mut processes = f.processes.lock().expect("family lock");
-            processes.retain(|p| !p.stop_if_idle(idle) && !p.is_ended());
+            processes.retain(|p| !p.stop_if_idle(idle) && !p.stop_asked() && !p.is_ended());
             // A modern fleet's pool stays, empty or not (a request may be taking it).
             !processes.is_empty() || f.growing.load(Ordering::Acquire) > 0 || key == stateless::POOL
         });

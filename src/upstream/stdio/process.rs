@@ -404,6 +404,10 @@ pub async fn own(
         if let Some(left) = process.place(msg) {
             unlinked(&process, left);
         }
+        // One large answer does not keep a large buffer for the process's life.
+        if line.capacity() > 1 << 20 {
+            line = Vec::new();
+        }
     };
     process.end_links(why);
     // The MCP stdio shutdown: close stdin, then TERM, then KILL.

@@ -146,7 +146,8 @@ impl Family {
             let freed = fleet.freed.notified();
             let (pick, grow) = {
                 let mut processes = self.processes.lock().expect("family lock");
-                processes.retain(|p| !p.is_ended());
+                // A process being stopped takes no request (it would refuse the link).
+                processes.retain(|p| !p.is_ended() && !p.stop_asked());
                 let pick = match alone {
                     true => processes.iter().find(|p| p.load() == (0, false)),
                     false => processes.iter().filter(|p| !p.load().1).min_by_key(|p| p.load().0),
