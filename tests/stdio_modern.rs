@@ -228,3 +228,48 @@ async fn a_legacy_client_is_translated_onto_a_2026_server_over_stdio() {
     let get = client.verb(http::Method::GET, Some(&session)).await;
     assert_eq!(get.status(), 405, "no session stream over stdio");
 }
+
+#[tokio::test]
+async fn concurrent_callers_with_one_id_and_one_token_each_get_their_own_progress() {
+    let Some(gw) = gateway("max_processes = 2").await else { return };
+    gw.request("tools/list").send().await;
+
+    let calls = (0..4).map(|_| {
+        gw.request("tools/call")
+            .id(json!(7))
+            .params(call_params("test_tool_with_progress"))
+            .progress_token(json!("same"))
+            .send()
+    });
+    let replies = futures_util::future::join_all(calls).await;
+
+    let mut seen = Vec::new();
+    for (i, reply) in replies.iter().enumerate() {
+        assert_eq!(reply.body["id"], 7, "caller {i}: {}", reply.raw);
+        let notes: Vec<&Value> =
+            reply.notes.iter().filter(|n| n["method"] == "notifications/progress").collect();
+        assert_eq!(notes.len(), 3, "caller {i}: exactly its own three: {}", reply.raw);
+        assert!(notes.iter().all(|n| n["params"]["progressToken"] == "same"), "{}", reply.raw);
+        seen.push(text_of(reply).to_string());
+    }
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 4, "each call had a token of the gateway's own: {seen:?}");
+    let started = gw.metric(SPAWNS).await;
+    assert!((1.0..=2.0).contains(&started), "within max_processes: {started}");
+}
+
+#[tokio::test]
+async fn check_config_probe_lists_the_tools_of_a_2026_server_over_stdio() {
+    let Some((argv, dir)) = everything_server() else { return };
+    let toml = format!(
+        "[[upstreams]]\nname = \"everything\"\ncommand = {}\n{}\n\n[[routes]]\npath = \"/mcp\"\nupstream = \"everything\"\n",
+        serde_json::to_string(&argv).unwrap(),
+        modern_keys(&dir)
+    );
+    let config = Config::from_toml(&toml).unwrap();
+    let probed = sessionless::probe_upstreams(&config).await.expect("probed");
+    let found = &probed[0].found;
+    assert!(found.starts_with("modern over stdio (2026-07-28)"), "{found}");
+    assert!(found.contains("test_simple_text"), "{found}");
+}

@@ -50,7 +50,7 @@ impl Stdio {
         let taken = pool.any(fleet, minted, linked, alone, Instant::now() + ADMISSION_WAIT).await;
         match &taken {
             Ok(_) => self.0.health.recovered(),
-            Err(SendError::Start { .. }) => self.0.health.failed(),
+            Err(SendError::Start { .. }) => self.0.health.failed("its process does not start"),
             Err(_) => {}
         }
         let (process, rx) = taken?;
