@@ -360,9 +360,9 @@ impl Metrics {
         );
         r.register(
             "stdio_spawns",
-            "Starts of stdio upstream processes by outcome: started (initialize answered), exited, \
-             start_timeout, spawn_error, refused (initialize refused), backoff (not spawned: the command \
-             keeps failing)",
+            "Starts of stdio upstream processes by outcome: started (initialize, or a 2026 server's \
+             discover, answered), exited, start_timeout, spawn_error, refused (that first request \
+             refused), backoff (not spawned: the command keeps failing)",
             m.stdio_spawns.clone(),
         );
         r.register(
