@@ -421,12 +421,10 @@ fn fleets<'a>(
             continue;
         }
         let env = command.environment().map_err(|e| format!("upstream `{}`: {e}", u.name))?;
-        let kept = old.and_then(|o| o.fleet(&u.name)).filter(|f| f.runs(command, &env));
-        let fleet = kept.unwrap_or_else(|| {
-            let max_line = config.limits.max_upstream_response_bytes;
-            let share = config.limits.max_sessions_per_principal;
-            Fleet::new(u, command.clone(), env, max_line, share, metrics)
-        });
+        let max_line = config.limits.max_upstream_response_bytes;
+        let share = config.limits.max_sessions_per_principal;
+        let kept = old.and_then(|o| o.fleet(&u.name)).filter(|f| f.runs(command, &env, max_line, share));
+        let fleet = kept.unwrap_or_else(|| Fleet::new(u, command.clone(), env, max_line, share, metrics));
         fleets.insert(u.name.as_str(), fleet);
     }
     Ok(fleets)

@@ -89,6 +89,14 @@ impl StdioCommand {
         Ok(out)
     }
 
+    /// Whether the working directory is there (`check-config`, offline).
+    pub fn check_cwd(&self) -> Result<(), String> {
+        match &self.cwd {
+            Some(cwd) if !cwd.is_dir() => Err(format!("cwd {} is not a directory", cwd.display())),
+            _ => Ok(()),
+        }
+    }
+
     /// Whether the program can be found and run (`check-config`, offline):
     /// a path is checked as it is; a bare name is looked up on PATH.
     pub fn check_program(&self) -> Result<PathBuf, String> {
@@ -231,7 +239,14 @@ pub(super) fn upstream(
         cwd: u.cwd.as_ref().map(PathBuf::from),
         env,
         max_processes,
-        idle_timeout: u.process_idle_timeout_ms.map_or(pool_idle, Duration::from_millis).max(Duration::from_millis(1)),
+        idle_timeout: match u.process_idle_timeout_ms {
+            // Shorter would be a process per call, the cold start each time.
+            Some(ms) if ms < 1000 => {
+                return Err(err("process_idle_timeout_ms", "process_idle_timeout_ms must be at least 1000"))
+            }
+            Some(ms) => Duration::from_millis(ms),
+            None => pool_idle.max(Duration::from_secs(1)),
+        },
         start_timeout: ms(u.start_timeout_ms, 30_000).max(Duration::from_millis(1)),
         spare_processes,
     };

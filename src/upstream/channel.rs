@@ -128,6 +128,10 @@ pub struct SessionWire {
     pub id: Option<String>,
     /// The negotiated version; `None` before `initialize` has answered.
     pub version: Option<String>,
+    /// Who the session is opened for (its principal), on the `initialize`
+    /// that opens it: a channel whose sessions cost a process each counts
+    /// them per caller. Not sealed anywhere.
+    pub owner: Option<std::sync::Arc<str>>,
 }
 
 /// What the server links to a message.

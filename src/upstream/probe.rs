@@ -71,7 +71,7 @@ async fn ask(upstream: &Transport) -> Result<Found, SendError> {
     if let Some(id) = minted {
         // A legacy server answered the probe with a fresh session (some do,
         // even on a 400): end it.
-        upstream.delete(&SessionWire { id: Some(id), version: None }).await;
+        upstream.delete(&SessionWire { id: Some(id), version: None, owner: None }).await;
     }
     let text = text?;
     match classify(status, &message(&text, sse))? {
@@ -101,7 +101,7 @@ async fn serves_legacy(upstream: &Transport) -> bool {
     let minted = resp.header("mcp-session-id").map(str::to_string);
     let text = upstream.read_body(resp.body).await;
     if let Some(id) = minted {
-        upstream.delete(&SessionWire { id: Some(id), version: None }).await;
+        upstream.delete(&SessionWire { id: Some(id), version: None, owner: None }).await;
     }
     let Ok(text) = text else { return false };
     let msg = message(&text, sse);

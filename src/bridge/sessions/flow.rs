@@ -299,7 +299,7 @@ impl Bridge {
         let Some(link) = cx.target.channel(&st.instance) else {
             return Err(self.rejected(cx, Rejected::FlowLost));
         };
-        let wire = SessionWire { id: st.session_id.clone(), version: st.session_version.clone() };
+        let wire = SessionWire { id: st.session_id.clone(), version: st.session_version.clone(), owner: None };
         // Answers first, then the resumption: a server that keeps events (the
         // TypeScript SDK's event store) stores what the call sends after the
         // answer and replays it on the GET; resuming first loses those events
