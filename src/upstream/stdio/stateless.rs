@@ -16,11 +16,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::process::{self, Process};
-use super::{Family, Fleet, Reader, Stdio, ADMISSION_WAIT};
+use super::{Family, Fleet, Growing, Reader, Stdio, ADMISSION_WAIT};
 use crate::upstream::answers::mint_id;
 use crate::upstream::channel::{Answer, Messages, Pending, SendError, Sent, Stateless, StreamEnd};
 
@@ -54,11 +53,12 @@ impl Stdio {
             Err(_) => {}
         }
         let (process, rx) = taken?;
-        if process.write(&bytes).await.is_err() {
-            process.unlink(minted);
+        // The reader first: if this call is dropped while the line waits
+        // for the writer, the reader unlinks the request.
+        let reader = Reader { rx, process, id: minted };
+        if reader.process.write(&bytes).await.is_err() {
             return Err(SendError::NotSent);
         }
-        let reader = Reader { rx, process, id: minted };
         let relinked = Relinked { reader, id, token, answered: false };
         Ok(Sent { answer: Answer::Stream(Box::new(relinked)), session: None })
     }
@@ -108,6 +108,8 @@ impl Fleet {
         let pool = families.entry(POOL.to_string()).or_insert_with(|| {
             Arc::new(Family {
                 init: discover(),
+                // Anyone's: a 2026 server's processes hold nothing of a caller.
+                owner: None,
                 processes: Default::default(),
                 growing: Default::default(),
                 initialized: Default::default(),
@@ -140,7 +142,7 @@ impl Family {
         token: Option<String>,
         alone: bool,
         deadline: Instant,
-    ) -> Result<(Arc<Process>, mpsc::Receiver<Value>), SendError> {
+    ) -> Result<(Arc<Process>, process::Inbox), SendError> {
         let mut may_grow = true;
         loop {
             let freed = fleet.freed.notified();
@@ -188,11 +190,12 @@ impl Family {
         }
     }
 
-    /// One more process, started and proven; `growing` was counted for it.
+    /// One more process, started and proven; `growing` was counted for it
+    /// (and is counted down however this ends: the caller may leave mid-start).
     async fn grow(&self, fleet: &Arc<Fleet>, deadline: Instant) -> Result<(), SendError> {
-        let grown = fleet.start_for(self, deadline).await;
-        self.growing.fetch_sub(1, Ordering::AcqRel);
-        self.processes.lock().expect("family lock").push(grown?);
+        let _growing = Growing(&self.growing);
+        let process = fleet.start_for(self, deadline).await?;
+        self.processes.lock().expect("family lock").push(process);
         fleet.freed.notify_waiters();
         Ok(())
     }
@@ -225,7 +228,7 @@ impl Messages for Relinked {
                     (Some(method), Some(minted)) => {
                         let process = &self.reader.process;
                         if let Some(own) = process.answered(minted) {
-                            let _ = process.write(&process::refusal(&own, &method)).await;
+                            process.try_write(&process::refusal(&own, &method));
                         }
                         continue;
                     }
@@ -249,15 +252,12 @@ impl Messages for Relinked {
 
 impl Drop for Relinked {
     fn drop(&mut self) {
-        let process = self.reader.process.clone();
+        let process = &self.reader.process;
         if self.answered || process.is_ended() {
             return;
         }
         let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
             "params": {"requestId": self.reader.id, "reason": "the client left"}});
-        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
-        rt.spawn(async move {
-            let _ = process.write(&serde_json::to_vec(&cancel).unwrap_or_default()).await;
-        });
+        process.try_write(&serde_json::to_vec(&cancel).unwrap_or_default());
     }
 }
