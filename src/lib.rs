@@ -195,6 +195,8 @@ async fn start(config: Config, source: Option<reload::Source>) -> std::io::Resul
         if tokio::time::timeout(CLOSE_SESSIONS, closing).await.is_err() {
             tracing::warn!("upstream sessions still closing at exit; left to the upstream's idle timeout");
         }
+        // Stdio upstreams' processes: TERM, KILL after a grace period, reaped.
+        gateway.stop_processes().await;
         gateway.flush_spans().await;
     });
     Ok(Running { addr, internal_addr, tls: certs, drain, task, reloader })

@@ -268,15 +268,24 @@ pub fn prepare(
 
 /// After the swap: the new generation's tasks start, the old one's end,
 /// the sealer takes the new keys, and the listener the new certificate.
-pub fn commit(old: &Live, new: &Live, sealer: &Sealer, certs: Option<&crate::tls::Certs>) {
+/// Returns the stdio fleets the new generation no longer uses (retired:
+/// each process stops once idle).
+pub fn commit(
+    old: &Live,
+    new: &Live,
+    sealer: &Sealer,
+    certs: Option<&crate::tls::Certs>,
+) -> Vec<Arc<crate::upstream::stdio::Fleet>> {
     new.start();
     old.retire();
+    let retired = new.targets.retire_fleets_of(&old.targets);
     if new.config.keys != old.config.keys {
         sealer.replace(new.config.keys.clone());
     }
     if let (Some(certs), Some(tls)) = (certs, &new.tls) {
         certs.swap(tls);
     }
+    retired
 }
 
 /// The listener's pair, built from the configuration's chain and key.

@@ -59,6 +59,18 @@ pub struct MemberOutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SpawnLabels {
+    pub upstream: String,
+    /// `started`, `exited`, `start_timeout`, `spawn_error`, `refused`, `backoff`.
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamNameLabels {
+    pub upstream: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct InstanceLabels {
     pub route: String,
     pub upstream: String,
@@ -177,6 +189,8 @@ pub struct Metrics {
     pub session_tokens_rejected: Family<ReasonLabels, Counter>,
     pub upstream_generation: Family<GenerationLabels, Gauge>,
     pub upstream_instance_up: Family<InstanceLabels, Gauge>,
+    pub stdio_spawns: Family<SpawnLabels, Counter>,
+    pub stdio_processes: Family<UpstreamNameLabels, Gauge>,
     pub federation_member_up: Family<MemberLabels, Gauge>,
     pub federation_member_requests: Family<MemberOutcomeLabels, Counter>,
     pub questions_pushed: Family<MethodLabels, Counter>,
@@ -224,6 +238,8 @@ impl Metrics {
             session_tokens_rejected: Family::default(),
             upstream_generation: Family::default(),
             upstream_instance_up: Family::default(),
+            stdio_spawns: Family::default(),
+            stdio_processes: Family::default(),
             federation_member_up: Family::default(),
             federation_member_requests: Family::default(),
             questions_pushed: Family::default(),
@@ -341,6 +357,18 @@ impl Metrics {
             "upstream_instance_up",
             "1 while an upstream instance takes new work, 0 from a failed connection until a probe finds it answering",
             m.upstream_instance_up.clone(),
+        );
+        r.register(
+            "stdio_spawns",
+            "Starts of stdio upstream processes by outcome: started (initialize answered), exited, \
+             start_timeout, spawn_error, refused (initialize refused), backoff (not spawned: the command \
+             keeps failing)",
+            m.stdio_spawns.clone(),
+        );
+        r.register(
+            "stdio_processes",
+            "Live processes of a stdio upstream: spares and stopping ones included, until reaped",
+            m.stdio_processes.clone(),
         );
         r.register(
             "federation_member_up",

@@ -40,6 +40,9 @@ pub struct Gateway {
     /// The routes with their upstream handles, the auth verifiers, the
     /// settings: what a reload replaces (see [`crate::live`]).
     live: ArcSwap<Live>,
+    /// Stdio fleets a reload replaced, stopping as their processes go idle
+    /// (stopped outright at shutdown).
+    retired_fleets: std::sync::Mutex<Vec<std::sync::Weak<crate::upstream::stdio::Fleet>>>,
     /// One reload at a time.
     reloading: tokio::sync::Mutex<()>,
     /// The gateway's stop: the live generations' tasks are its children.
@@ -109,6 +112,7 @@ impl Gateway {
             legacy_client: Arc::new(legacy_client::Bridge::new(&config, services.clone(), quota)),
             live: ArcSwap::from_pointee(live),
             reloading: tokio::sync::Mutex::new(()),
+            retired_fleets: Default::default(),
             stop: shutdown,
             services,
             metrics,
@@ -162,7 +166,11 @@ impl Gateway {
         };
         let next = Arc::new(next);
         self.live.store(next.clone());
-        live::commit(&current, &next, &self.services.sealer, self.certs.as_deref());
+        let retired = live::commit(&current, &next, &self.services.sealer, self.certs.as_deref());
+        let mut fleets = self.retired_fleets.lock().unwrap_or_else(|e| e.into_inner());
+        fleets.retain(|f| f.strong_count() > 0);
+        fleets.extend(retired.iter().map(Arc::downgrade));
+        drop(fleets);
         self.metrics.config_reloads.get_or_create(&OutcomeOnlyLabels { outcome: "applied" }).inc();
         self.metrics.config_restart_required.set(i64::from(!report.needs_restart.is_empty()));
         self.metrics.config_last_reload.set(crate::seal::unix_now() as i64);
@@ -291,6 +299,18 @@ impl Gateway {
         }
         let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
         reply::text(status, "text/plain", lines)
+    }
+
+    /// Stops every stdio upstream process (shutdown, after the drain),
+    /// those of fleets a reload replaced included; waits until they are reaped.
+    pub async fn stop_processes(&self) {
+        let retired: Vec<_> = {
+            let fleets = self.retired_fleets.lock().unwrap_or_else(|e| e.into_inner());
+            fleets.iter().filter_map(std::sync::Weak::upgrade).collect()
+        };
+        let stopping = retired.iter().map(|f| f.stop_all());
+        let targets = self.targets();
+        tokio::join!(targets.stop_processes(), futures_util::future::join_all(stopping));
     }
 
     /// The routes and their upstreams, as they are now.

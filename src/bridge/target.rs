@@ -20,13 +20,17 @@ use crate::metrics::{GenerationLabels, MemberLabels, Metrics, RouteUpstreamLabel
 use crate::ratelimit::RateLimits;
 use crate::upstream::credentials::Credentials;
 use crate::upstream::probe::{self, Found};
-use crate::upstream::{Channel, Transport};
+use crate::upstream::stdio::Fleet;
+use crate::upstream::{Channel, Stdio, Transport};
 
 /// A resolved route: its configuration and the handles of its upstream's instances.
 pub struct Target {
     pub route: Arc<Route>,
-    /// One client per instance, in the configured order (at least one).
+    /// One client per instance, in the configured order (at least one
+    /// for an HTTP upstream; none for a stdio one).
     instances: Arc<[Transport]>,
+    /// A stdio upstream's processes (DESIGN §12), instead of instances.
+    stdio: Option<Stdio>,
     /// Round-robin position over the instances.
     next: AtomicUsize,
     /// What the upstream speaks (configured, or found by probing).
@@ -139,8 +143,13 @@ impl Target {
         credentials: &Credentials,
         same: Option<&Arc<Target>>,
         slots: Option<Arc<Semaphore>>,
+        fleet: Option<&Arc<Fleet>>,
     ) -> Target {
         let max = config.limits.max_upstream_response_bytes;
+        let stdio = fleet.map(|fleet| match same.and_then(|t| t.stdio.as_ref()) {
+            Some(kept) if Arc::ptr_eq(kept.fleet(), fleet) => kept.clone(),
+            _ => Stdio::new(fleet.clone(), r.upstream.clone(), metrics, &r.id),
+        });
         let instances = match same {
             Some(t) => t.instances.clone(),
             None => (r.upstream.urls.iter())
@@ -157,6 +166,7 @@ impl Target {
         Target {
             route: r.clone(),
             instances,
+            stdio,
             next: AtomicUsize::new(0),
             detected: same
                 .map(|t| t.detected.clone())
@@ -190,6 +200,7 @@ impl Target {
         Target {
             route: r.clone(),
             instances: Arc::from([]),
+            stdio: None,
             next: AtomicUsize::new(0),
             detected: Arc::new(Detected::new(r.upstream.generation, unexported, r)),
             limits: limits
@@ -231,9 +242,17 @@ impl Target {
     }
 
     /// The message channel of the instance named `name`, for the
-    /// legacy-session half (HTTP today; a stdio upstream's processes later).
+    /// legacy-session half: an HTTP instance, or a stdio upstream's processes.
     pub fn channel(&self, name: &str) -> Option<&dyn Channel> {
-        self.instance(name).map(|t| t as &dyn Channel)
+        match &self.stdio {
+            Some(stdio) => (stdio.instance() == name).then_some(stdio as &dyn Channel),
+            None => self.instance(name).map(|t| t as &dyn Channel),
+        }
+    }
+
+    /// A stdio upstream's processes, if the route's upstream is one.
+    pub fn stdio(&self) -> Option<&Stdio> {
+        self.stdio.as_ref()
     }
 
     /// [`Target::on_instance`] for the legacy-session half: `work` gets the
@@ -246,6 +265,9 @@ impl Target {
     where
         Fut: std::future::Future<Output = Result<T, E>>,
     {
+        if let Some(stdio) = &self.stdio {
+            return (work(stdio).await, stdio);
+        }
         let (result, instance) = self.on_instance(|t| work(t), not_sent).await;
         (result, instance)
     }
@@ -379,6 +401,37 @@ fn slots<'a>(config: &'a Config, old: Option<&Targets>) -> HashMap<&'a str, Arc<
     slots
 }
 
+/// One fleet per stdio upstream, whichever routes use it: the old one
+/// while its command and environment are the same (its processes carry
+/// on), a new one otherwise. The environment's secrets are read here (at
+/// start and on each reload); one that cannot be read is an error naming it.
+fn fleets<'a>(
+    config: &'a Config,
+    metrics: &Metrics,
+    old: Option<&Targets>,
+) -> Result<HashMap<&'a str, Arc<Fleet>>, String> {
+    let mut fleets = HashMap::new();
+    let onto_one = config.routes.iter().flat_map(|r| match r.federated() {
+        false => vec![r],
+        true => r.members.iter().map(|m| &m.route).collect(),
+    });
+    for u in onto_one.map(|r| &r.upstream) {
+        let Some(command) = &u.stdio else { continue };
+        if fleets.contains_key(u.name.as_str()) {
+            continue;
+        }
+        let env = command.environment().map_err(|e| format!("upstream `{}`: {e}", u.name))?;
+        let kept = old.and_then(|o| o.fleet(&u.name)).filter(|f| f.runs(command, &env));
+        let fleet = kept.unwrap_or_else(|| {
+            let max_line = config.limits.max_upstream_response_bytes;
+            let share = config.limits.max_sessions_per_principal;
+            Fleet::new(u, command.clone(), env, max_line, share, metrics)
+        });
+        fleets.insert(u.name.as_str(), fleet);
+    }
+    Ok(fleets)
+}
+
 /// How often down instances are probed.
 const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
 /// How often rate limits forget the principals whose allowance is whole.
@@ -416,6 +469,7 @@ impl Targets {
         old: Option<&Targets>,
     ) -> Result<Targets, String> {
         let slots = slots(config, old);
+        let fleets = fleets(config, metrics, old)?;
         let mut credentials: HashMap<&str, Credentials> = HashMap::new();
         let mut all = Vec::with_capacity(config.routes.len());
         let mut onto_one = |r: &'a Arc<Route>| -> Result<Arc<Target>, String> {
@@ -423,12 +477,14 @@ impl Targets {
                 Entry::Occupied(e) => e.into_mut(),
                 Entry::Vacant(e) => e.insert(Credentials::load(&r.upstream)?),
             };
+            let fleet = fleets.get(r.upstream.name.as_str());
             let same = old.and_then(|o| o.by_id(&r.id)).filter(|t| {
                 t.route.upstream == r.upstream
-                    && t.instances.first().is_some_and(|i| i.credentials() == &*credentials)
+                    && (t.instances.first().is_some_and(|i| i.credentials() == &*credentials)
+                        || t.stdio.as_ref().zip(fleet).is_some_and(|(s, f)| Arc::ptr_eq(s.fleet(), f)))
             });
             let slots = slots.get(r.upstream.name.as_str()).cloned();
-            Ok(Arc::new(Target::carry(r, config, metrics, credentials, same, slots)))
+            Ok(Arc::new(Target::carry(r, config, metrics, credentials, same, slots, fleet)))
         };
         for r in &config.routes {
             if !r.federated() {
@@ -488,6 +544,40 @@ impl Targets {
     /// Every route's target (a federated route's included).
     pub fn all(&self) -> impl Iterator<Item = &Arc<Target>> {
         self.all.iter()
+    }
+
+    /// The fleet of the stdio upstream named `name`, if a route uses one.
+    fn fleet(&self, name: &str) -> Option<Arc<Fleet>> {
+        self.onto_upstreams()
+            .filter(|t| t.route.upstream.name == name)
+            .find_map(|t| t.stdio.as_ref().map(|s| s.fleet().clone()))
+    }
+
+    /// Every stdio upstream's fleet, once each.
+    pub fn fleets(&self) -> Vec<Arc<Fleet>> {
+        let mut out: Vec<Arc<Fleet>> = Vec::new();
+        for f in self.onto_upstreams().filter_map(|t| t.stdio.as_ref().map(Stdio::fleet)) {
+            if !out.iter().any(|o| Arc::ptr_eq(o, f)) {
+                out.push(f.clone());
+            }
+        }
+        out
+    }
+
+    /// After a reload: the fleets `old` had that this table does not keep
+    /// take no new sessions, and stop each process once it is idle.
+    /// Returns them.
+    pub fn retire_fleets_of(&self, old: &Targets) -> Vec<Arc<Fleet>> {
+        let kept = self.fleets();
+        let retired: Vec<Arc<Fleet>> =
+            old.fleets().into_iter().filter(|f| !kept.iter().any(|k| Arc::ptr_eq(k, f))).collect();
+        retired.iter().for_each(|f| f.retire());
+        retired
+    }
+
+    /// Stops every stdio upstream's processes (shutdown), waiting until they are reaped.
+    pub async fn stop_processes(&self) {
+        futures_util::future::join_all(self.fleets().iter().map(|f| async move { f.stop_all().await })).await;
     }
 
     /// Every target onto one upstream: each route's, with a federated

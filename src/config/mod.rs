@@ -6,6 +6,7 @@ pub mod file;
 pub mod keys;
 mod outside;
 mod raw;
+mod stdio;
 pub mod secret;
 pub mod tls;
 
@@ -127,7 +128,12 @@ pub struct Upstream {
     /// `Some(audience)`: the client's verified bearer token is sent to it
     /// (only on `jwt` routes whose audience this is, checked at load).
     pub forward_authorization: Option<String>,
+    /// A program spawned and spoken to over stdio instead of `urls` (which
+    /// is then empty).
+    pub stdio: Option<Arc<StdioCommand>>,
 }
+
+pub use stdio::{EnvValue, StdioCommand};
 
 /// A header added to an upstream's requests, and where its value is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -319,6 +325,13 @@ impl Config {
                 forward_authorization: None,
                 audience: None,
                 max_concurrent_requests: None,
+                command: None,
+                cwd: None,
+                env: None,
+                max_processes: None,
+                process_idle_timeout_ms: None,
+                start_timeout_ms: None,
+                spare_processes: None,
             }],
             routes: vec![raw::RawRoute {
                 path: "/mcp".into(),
@@ -434,8 +447,10 @@ fn validate(raw: RawConfig, text: &str, outside: &Outside) -> Result<Config, Con
     let listen: SocketAddr = listen_text
         .parse()
         .map_err(|_| ConfigError(format!("{}invalid listen address `{listen_text}`", at(text, "listen"))))?;
-    let upstreams =
-        raw.upstreams.iter().map(|u| upstream(u, text, outside)).collect::<Result<Vec<_>, _>>()?;
+    let pool_idle = ms(raw.pool.idle_timeout_ms, 300_000);
+    let upstreams = (raw.upstreams.iter())
+        .map(|u| upstream(u, text, outside, pool_idle))
+        .collect::<Result<Vec<_>, _>>()?;
     let server_cors = raw.server.cors.as_ref().map(|c| cors(c, text)).transpose()?;
     let routes = routes(&raw.routes, &upstreams, &policies, server_cors.as_ref(), text)?;
     let connections = conn_limits(&raw.server, &raw.limits, text)?;
@@ -613,7 +628,22 @@ fn conn_limits(s: &raw::RawServer, l: &raw::RawLimits, text: &str) -> Result<Con
     })
 }
 
-fn upstream(u: &raw::RawUpstream, text: &str, outside: &Outside) -> Result<Upstream, ConfigError> {
+fn upstream(
+    u: &raw::RawUpstream,
+    text: &str,
+    outside: &Outside,
+    pool_idle: Duration,
+) -> Result<Upstream, ConfigError> {
+    if u.command.is_some() {
+        return stdio::upstream(u, text, outside, pool_idle);
+    }
+    if let Some(key) = stdio::only_beside_command(u) {
+        return Err(ConfigError(format!(
+            "{}upstream `{}`: `{key}` is for a stdio upstream (one with `command`)",
+            at(text, key),
+            u.name
+        )));
+    }
     let headers = upstream_headers(u, text, outside)?;
     let forward_authorization = match (u.forward_authorization, &u.audience) {
         (Some(true), Some(aud)) => Some(aud.clone()),
@@ -702,6 +732,7 @@ fn upstream(u: &raw::RawUpstream, text: &str, outside: &Outside) -> Result<Upstr
         },
         headers,
         forward_authorization,
+        stdio: None,
     })
 }
 

@@ -117,6 +117,21 @@ pub struct RawUpstream {
     pub audience: Option<String>,
     /// Requests this upstream may have in flight through the gateway (503 above); default unlimited.
     pub max_concurrent_requests: Option<usize>,
+    /// A program speaking MCP on stdin/stdout, as argv (no shell), instead of `url` (DESIGN §12).
+    pub command: Option<Vec<String>>,
+    /// The program's working directory.
+    pub cwd: Option<String>,
+    /// The program's environment, by name: `{ value = "…" }` (not secret),
+    /// `{ value_env = "VAR" }` or `{ value_file = "path" }`.
+    pub env: Option<BTreeMap<String, toml::Value>>,
+    /// Live processes of this upstream, spares and stopping ones included (default 16).
+    pub max_processes: Option<usize>,
+    /// An idle process is stopped after this long (default: `[pool] idle_timeout_ms`).
+    pub process_idle_timeout_ms: Option<u64>,
+    /// Spawn to a completed `initialize` (default 30 s).
+    pub start_timeout_ms: Option<u64>,
+    /// Processes spawned ahead (not yet initialized), claimed by the next key that needs one.
+    pub spare_processes: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -47,6 +47,15 @@ pub enum SendError {
     },
     Invalid(&'static str),
     TooLarge,
+    /// A process could not be started for the session: it did not finish
+    /// `initialize` in time (`timed_out`), or exited, or could not be spawned.
+    Start { timed_out: bool },
+    /// The upstream has as many processes as it may, none free within the
+    /// admission wait (nothing was sent).
+    Busy,
+    /// The session has as many processes as the caller's share allows, all
+    /// busy, none free within the admission wait (nothing was sent).
+    Share,
 }
 
 /// Maps a channel failure to the client-facing error. `sent`: the message
@@ -62,6 +71,9 @@ pub fn map_send_error(e: SendError, sent: bool) -> Error {
         SendError::Denied { status, client_token } => Error::UpstreamDenied { status, client_token },
         SendError::Invalid(why) => Error::UpstreamInvalid(why),
         SendError::TooLarge => Error::UpstreamTooLarge,
+        SendError::Start { timed_out } => Error::ProcessStart { timed_out },
+        SendError::Busy => Error::UpstreamBusy,
+        SendError::Share => Error::TooManySessions,
     }
 }
 
@@ -146,6 +158,25 @@ pub trait Channel: Send + Sync {
         session: &'a SessionWire,
         message: &'a [u8],
     ) -> Pending<'a, Result<Sent, SendError>>;
+
+    /// [`Channel::send`] for a request whose server messages that name no
+    /// request (questions, log lines) are its own: a channel that links
+    /// only responses and progress to a request (stdio) gives it a process
+    /// of the session to itself until its response. HTTP links them all
+    /// (each on the POST's stream), so this is `send`.
+    fn send_alone<'a>(
+        &'a self,
+        session: &'a SessionWire,
+        message: &'a [u8],
+    ) -> Pending<'a, Result<Sent, SendError>> {
+        self.send(session, message)
+    }
+
+    /// Whether every message the server links to a request reaches it
+    /// ([`Channel::send_alone`] is then `send`).
+    fn links_all(&self) -> bool {
+        true
+    }
 
     /// Writes a 2026-07-28 request; what the server links to it.
     fn send_stateless<'a>(&'a self, request: &'a Stateless<'a>) -> Pending<'a, Result<Sent, SendError>>;

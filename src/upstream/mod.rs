@@ -13,7 +13,9 @@ pub(crate) mod event_limit;
 pub(crate) mod h1;
 pub mod health;
 pub mod probe;
+pub mod stdio;
 pub mod transport;
 
 pub use channel::{map_send_error, Channel, SendError, SessionWire};
+pub use stdio::Stdio;
 pub use transport::{sse_data, Transport, ACCEPT_BOTH};

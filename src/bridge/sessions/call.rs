@@ -127,7 +127,14 @@ pub async fn post_call(
     request: &UpstreamRequest<'_>,
     reply: &mut Reply,
 ) -> Result<Result<Sent, SendError>, Done> {
-    let post = channel::post(&*flight.session.channel, flight.wire, request);
+    let channel = &*flight.session.channel;
+    let post = async {
+        let bytes = serde_json::to_vec(request).map_err(|_| SendError::Invalid("encode"))?;
+        match !channel.links_all() && alone(flight.call) {
+            true => channel.send_alone(flight.wire, &bytes).await,
+            false => channel.send(flight.wire, &bytes).await,
+        }
+    };
     tokio::pin!(post);
     let mut keepalive = tokio::time::interval_at(Instant::now() + flight.keepalive, flight.keepalive);
     loop {
@@ -146,6 +153,14 @@ pub async fn post_call(
             }
         }
     }
+}
+
+/// Whether `call` must get what the server links to no request (its
+/// questions and log lines): a call that may ask on a session that
+/// declared elicitation, sampling or roots, or one that asks for log lines.
+fn alone(call: &Call) -> bool {
+    let asks = || ["elicitation", "sampling", "roots"].iter().any(|c| call.meta.declares(c));
+    call.meta.log_level.is_some() || (call.method.allows_input() && asks())
 }
 
 /// Reads the upstream's answer to `flight` and streams what the client asked

@@ -163,7 +163,9 @@ impl Bridge {
     /// declares `roots`, one of its own (a legacy server may ask `roots/list`
     /// on the session's GET stream, where only a lone call makes it attributable).
     async fn session_for(&self, channel: &dyn Channel, key: KeyRef<'_>, call: &Call) -> SessionFor {
-        if call.method.allows_input() && call.meta.declares("roots") {
+        // (A channel that links no such message to a request gives the
+        // call a process of the session to itself instead: `send_alone`.)
+        if call.method.allows_input() && call.meta.declares("roots") && channel.links_all() {
             let session = Box::pin(self.pool.open_exclusive(channel, key.to_owned())).await?;
             let guard = Exclusive::new(self.pool.clone(), session.clone());
             return Ok((session, Some(guard)));
