@@ -176,7 +176,7 @@ listen = "127.0.0.1:$GATEWAY_PORT"
 
 [[upstreams]]
 name = "fixture"
-command = ["$(realpath "$PY_LEGACY")", "$ROOT/tests/conformance/fixture/server.py", "--stdio"]
+command = ["$(realpath -s "$PY_LEGACY")", "$ROOT/tests/conformance/fixture/server.py", "--stdio"]
 max_processes = 16
 start_timeout_ms = 30000
 
