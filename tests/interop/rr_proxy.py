@@ -11,8 +11,9 @@ request; client connections are kept alive.
 
 Prints `listening 127.0.0.1:PORT` on stdout once bound. Each request is logged (to
 --log, default stderr) as one line:
-    <seq> <backend> <METHOD> <path> session=<hash of Mcp-Session-Id, or -> <status|error ...> [rpc=<method>] [minted=<hash>]
-where rpc= is the JSON-RPC method of a request body that is one JSON-RPC request or
+    <seq> <backend> <METHOD> <path> session=<hash of Mcp-Session-Id, or -> <status|error ...> [rpc=<method>] ms=<n> [minted=<hash>]
+where ms= is how long the backend took to send the answer's head (for a stream: until it
+opened), rpc= is the JSON-RPC method of a request body that is one JSON-RPC request or
 notification, and minted= names a session id the answer carried in its Mcp-Session-Id
 header that the request did not (a session the backend opened: on initialize, or unasked).
 With one --backend it is a logging pass-through (tests/interop/generations.sh uses it so).
@@ -60,6 +61,7 @@ import itertools
 import json
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MODERN = "2026-07-28"
@@ -168,6 +170,7 @@ class Handler(BaseHTTPRequestHandler):
             if k.lower() not in HOP_BY_HOP and k.lower() != "content-length" and k.lower() not in ignored:
                 headers.setdefault(k, []).append(v)
         conn = http.client.HTTPConnection(host, port, timeout=BACKEND_TIMEOUT)
+        began = time.monotonic()
         try:
             conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
             for k, vs in headers.items():
@@ -182,6 +185,7 @@ class Handler(BaseHTTPRequestHandler):
             self.server.record(f"{where} error {type(e).__name__}: {e}")
             self.send_error(502, "backend unreachable")
             return
+        extra += f" ms={(time.monotonic() - began) * 1000:.0f}"
         minted = resp.getheader("Mcp-Session-Id")
         if minted and minted != sid:
             extra += f" minted={hashlib.sha256(minted.encode()).hexdigest()[:10]}"
