@@ -11,7 +11,7 @@
                each leads its own process group, at most --max per upstream, and each
                child's environment is exactly what the config lists plus PATH, HOME, LANG
                and TMPDIR (no gateway secret, no value_env source name); saved to --out
-    count      how many children of the gateways run a command matching --match (INFO)
+    count      how many live children of each gateway run each --match command (one line each)
     gone       after the gateways stopped: no process of the snapshot is left (same pid and
                start time), nor any in their process groups; leftovers are reported, then
                killed so the run leaves nothing behind
@@ -283,7 +283,34 @@ def cmd_snapshot(a: argparse.Namespace) -> None:
         k, _, v = pair.partition("=")
         envs[up][k] = v
     inherited = {"PATH", "HOME", "LANG", "TMPDIR"}
-    procs = all_procs()
+    def look() -> list[dict[str, Any]]:
+        """The processes below the gateways, with command line and environment, in one pass."""
+        everything = all_procs()
+        procs = [p for pid in gateways.values() for p in descendants(int(pid), everything)]
+        for p in procs:
+            p["cmd"], p["env"] = cmdline(p["pid"]), environ(p["pid"])
+        return procs
+
+    def whole(p: dict[str, Any]) -> bool:
+        return p["state"] != "Z" and bool(p["cmd"]) and p["env"] is not None
+
+    # A process caught exiting (a zombie not yet reaped, or its command line and
+    # environment already gone: being stopped once idle, say) is looked at again a second
+    # later: gone by then, it is left out; still there, it is judged as it is then.
+    procs = look()
+    if not all(whole(p) for p in procs):
+        time.sleep(1.0)
+        again = {p["pid"]: p for p in look()}
+        kept = []
+        for p in procs:
+            now = again.get(p["pid"])
+            if whole(p):
+                kept.append(p)
+            elif now is not None and now["start"] == p["start"]:
+                kept.append(now)
+        if len(kept) < len(procs):
+            info("children/exiting", f"{len(procs) - len(kept)} processes were exiting at the first look and gone a second later")
+        procs = kept
     snapshot = []
     for gw, pid in gateways.items():
         pid = int(pid)
@@ -293,7 +320,6 @@ def cmd_snapshot(a: argparse.Namespace) -> None:
         per_up = collections.Counter()
         problems = []
         for p in tree:
-            p["cmd"] = cmdline(p["pid"])
             p["gateway"] = gw
             p["upstream"] = upstream_of(p["cmd"], matches)
             snapshot.append(p)
@@ -305,7 +331,7 @@ def cmd_snapshot(a: argparse.Namespace) -> None:
                 continue
             if p["pgid"] != p["pid"]:
                 problems.append(f"{what} is in process group {p['pgid']}, not its own")
-            env = environ(p["pid"])
+            env = p.pop("env", None)
             if env is None:
                 problems.append(f"cannot read the environment of {what}")
                 continue
@@ -338,17 +364,26 @@ def cmd_snapshot(a: argparse.Namespace) -> None:
         report(not problems, f"children/{gw}/hygiene",
                "each child leads its own process group; its environment is exactly what the config lists plus PATH, HOME, LANG, TMPDIR, no gateway secret"
                if not problems else "; ".join(problems[:6]))
+    seen = collections.Counter(p["upstream"] for p in snapshot if p["gateway"] and p["ppid"] == int(gateways[p["gateway"]]))
+    missing = [u for u in a.need if not seen[u]]
+    report(not missing, "children/every-upstream",
+           f"children of every upstream were checked: {dict(seen)}" if not missing
+           else f"no child of {missing} below the gateways at this point: their environment was not checked ({dict(seen)})")
+    for p in snapshot:
+        p.pop("env", None)  # values of the environment stay out of the log directory
     with open(a.out, "w") as f:
         json.dump(snapshot, f)
 
 
 def cmd_count(a: argparse.Namespace) -> None:
+    """One line per --match: NAME and, per --gateway in order, its live children running it."""
     procs = all_procs()
-    n = 0
-    for g in a.gateway:
-        name, _, pid = g.partition("=")
-        n += sum(1 for p in procs if p["ppid"] == int(pid) and a.match in " ".join(cmdline(p["pid"])) and p["state"] != "Z")
-    print(n)
+    gateways = [int(g.partition("=")[2]) for g in a.gateway]
+    for m in a.match:
+        name, _, needle = m.partition("=")
+        counts = [sum(1 for p in procs if p["ppid"] == pid and p["state"] != "Z" and needle in " ".join(cmdline(p["pid"])))
+                  for pid in gateways]
+        print(name, *counts)
 
 
 def cmd_gone(a: argparse.Namespace) -> None:
@@ -400,10 +435,11 @@ def main() -> None:
     s.add_argument("--max", action="append", default=[], help="UPSTREAM=max_processes")
     s.add_argument("--env", action="append", default=[], help="UPSTREAM:NAME=VALUE the config lists")
     s.add_argument("--secret", action="append", default=[], help="a value no child may see")
+    s.add_argument("--need", action="append", default=[], help="an upstream that must have a child now")
     s.add_argument("--out", required=True)
     c = sub.add_parser("count")
     c.add_argument("--gateway", action="append", required=True, help="NAME=PID")
-    c.add_argument("--match", required=True)
+    c.add_argument("--match", action="append", required=True, help="NAME=substring of the command line")
     g = sub.add_parser("gone")
     g.add_argument("--snapshot", required=True)
     g.add_argument("--wait", type=float, default=5.0, help="seconds to wait for the processes to go")
