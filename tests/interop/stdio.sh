@@ -42,7 +42,9 @@
 #             check-config --probe starts each, initializes, lists its tools
 #   rr        each client alone through the forwarder, per route; files
 #   cross     10 flows per route with round 1 and the retry on different replicas
-#   mixed     per route, all four clients at once through the forwarder
+#   mixed     per route, all four clients at once through the forwarder; files again
+#   abandon   four calls whose clients leave while their processes start (stdio_checks.py
+#             abandon): what was spawned for them must go like any idle process (idle)
 #   retries   every MRTR retry through the forwarder carried a state a replica handed out,
 #             was answered 200, and per route some reached the other replica
 #   rr:…      legacy sessions alternated over both replicas; answers to pushed questions
@@ -268,6 +270,11 @@ for up in py everything; do
   for kind in py ts legacy-py legacy-ts; do collect "mixed-$kind-$up" mixed; done
 done
 check mixed python3 tests/interop/stdio_checks.py files --url "http://127.0.0.1:$RR/files" --dir "$FILES" --file note.txt
+# Starts abandoned: four calls (a capability set of their own, so each needs a new process
+# on its replica) whose clients leave after 0.2 s, while the processes still start. What
+# the gateway spawned for them must be stopped like any other (idle, below).
+check abandon python3 tests/interop/stdio_checks.py abandon --url "http://127.0.0.1:$RR/py" \
+  --tool echo --args '{"message": "gone"}' --caps '{"roots": {}}' --count 4 --after 0.2
 
 # ---------------------------------------------------------------- children: while they serve
 

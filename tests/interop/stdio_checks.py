@@ -7,6 +7,9 @@
                the forwarder carried a requestState the forwarder saw handed out, was
                answered 200, and, per route, some reached another replica than the round
                that asked (the gateways forwarded them to the replica holding the process)
+    abandon    --count calls at once whose clients go away --after seconds, before any
+               answer (while the gateway is still starting processes for them): the
+               starts so abandoned must not leave processes behind (stdio.sh's idle check)
     snapshot   the gateways' child processes (and theirs): some exist, none is a zombie,
                each leads its own process group, at most --max per upstream, and each
                child's environment is exactly what the config lists plus PATH, HOME, LANG
@@ -155,6 +158,53 @@ def cmd_files(a: argparse.Namespace) -> None:
     for name, fn in (("tools-list", tools), ("allowed-directory", allowed), ("list-directory", listing),
                      ("read-file", read), ("outside-refused", outside)):
         check(name, fn)
+
+
+# ---------------------------------------------------------------- abandon
+
+
+def cmd_abandon(a: argparse.Namespace) -> None:
+    import socket
+    import threading
+
+    rest = a.url.split("://", 1)[1]
+    hostport, _, path = rest.partition("/")
+    host, port = hostport.rsplit(":", 1)
+    caps = json.loads(a.caps)
+    outcome: list[str] = []
+
+    def one(i: int) -> None:
+        body = json.dumps({
+            "jsonrpc": "2.0", "id": i, "method": "tools/call",
+            "params": {"name": a.tool, "arguments": json.loads(a.args), "_meta": {
+                "io.modelcontextprotocol/protocolVersion": VERSION,
+                "io.modelcontextprotocol/clientCapabilities": caps}},
+        }).encode()
+        head = (f"POST /{path} HTTP/1.1\r\nHost: {hostport}\r\nContent-Type: application/json\r\n"
+                f"Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: {VERSION}\r\n"
+                f"Mcp-Method: tools/call\r\nMcp-Name: {a.tool}\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+        s = socket.create_connection((host, int(port)), timeout=5)
+        try:
+            s.sendall(head + body)
+            s.settimeout(a.after)
+            try:
+                got = s.recv(1)
+                outcome.append("answered" if got else "closed")
+            except socket.timeout:
+                outcome.append("abandoned")
+        finally:
+            s.close()
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(1, a.count + 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    c = collections.Counter(outcome)
+    info("abandon", f"{a.count} calls of {a.tool} with capabilities {a.caps}: {c['abandoned']} abandoned after "
+         f"{a.after}s without an answer, {c['answered']} answered before, {c['closed']} closed by the gateway")
+    report(c["abandoned"] > 0, "abandon", f"{c['abandoned']} starts abandoned by their clients" if c["abandoned"]
+           else "every call was answered before its client left: nothing was abandoned (raise --count or lower --after)")
 
 
 # ---------------------------------------------------------------- retries
@@ -429,6 +479,13 @@ def main() -> None:
     r.add_argument("--first", type=int, default=0, help="first seq of the forwarder's log to look at")
     r.add_argument("--last", type=int, default=0, help="last seq (0: to the end)")
     r.add_argument("--all-cross", action="store_true", help="every retry must reach the other replica")
+    ab = sub.add_parser("abandon")
+    ab.add_argument("--url", required=True)
+    ab.add_argument("--tool", required=True)
+    ab.add_argument("--args", default="{}")
+    ab.add_argument("--caps", default="{}", help="the calls' clientCapabilities (JSON)")
+    ab.add_argument("--count", type=int, default=4)
+    ab.add_argument("--after", type=float, default=0.2)
     s = sub.add_parser("snapshot")
     s.add_argument("--gateway", action="append", required=True, help="NAME=PID")
     s.add_argument("--match", action="append", default=[], help="UPSTREAM=substring of its command line")
@@ -445,7 +502,7 @@ def main() -> None:
     g.add_argument("--wait", type=float, default=5.0, help="seconds to wait for the processes to go")
     args = ap.parse_args()
     TAG = args.tag
-    {"files": cmd_files, "retries": cmd_retries, "snapshot": cmd_snapshot, "count": cmd_count, "gone": cmd_gone}[args.cmd](args)
+    {"files": cmd_files, "abandon": cmd_abandon, "retries": cmd_retries, "snapshot": cmd_snapshot, "count": cmd_count, "gone": cmd_gone}[args.cmd](args)
     sys.exit(1 if FAILED else 0)
 
 
