@@ -39,7 +39,7 @@
 #   direct    each server driven over stdio by stdio_direct.py, no gateway (the control:
 #             a failure only here is the peer's or the machine's)
 #   config    check-config shows the commands without env values or the secret;
-#             check-config --probe starts each, initializes, lists its tools
+#             check-config --probe starts each, initializes, lists its tools, stops it
 #   rr        each client alone through the forwarder, per route; files
 #   cross     10 flows per route with round 1 and the retry on different replicas
 #   mixed     per route, all four clients at once through the forwarder; files again
@@ -198,14 +198,21 @@ elif grep -qE 'STDIO_INTEROP=(files|everything)' "$LOGDIR/check-config.out"; the
 else
   verdict PASS config:check-config "the three commands shown, env values and the secret not"
 fi
-rc=0; timeout 120 "$BIN" check-config "$LOGDIR/gw-a.toml" --probe > "$LOGDIR/check-config-probe.out" 2>&1 || rc=$?
-if (( rc != 0 )); then
+# In a session of its own: whatever the probe started and left running is found by its sid.
+rc=0; setsid timeout 120 "$BIN" check-config "$LOGDIR/gw-a.toml" --probe > "$LOGDIR/check-config-probe.out" 2>&1 < /dev/null &
+probe_sid=$!
+wait "$probe_sid" || rc=$?
+probe_left=$(ps -s "$probe_sid" -o pid=,args= 2>/dev/null | cut -c1-160 || true)
+if [[ -n "$probe_left" ]]; then
+  verdict FAIL config:probe "processes the probe started are still running: $(tr '\n' ';' <<<"$probe_left")"
+  ps -s "$probe_sid" -o pid= | xargs -r kill -KILL 2>/dev/null || true
+elif (( rc != 0 )); then
   verdict FAIL config:probe "exit $rc: $(tail -n 5 "$LOGDIR/check-config-probe.out" | tr '\n' ' ')"
 elif ! grep -q 'read_text_file' "$LOGDIR/check-config-probe.out" || ! grep -q 'elicit_name' "$LOGDIR/check-config-probe.out" \
     || ! grep -q 'get-sum' "$LOGDIR/check-config-probe.out"; then
   verdict FAIL config:probe "the tools of the three servers are not listed ($LOGDIR/check-config-probe.out)"
 else
-  verdict PASS config:probe "each server started, initialized and listed its tools"
+  verdict PASS config:probe "each server started, initialized and listed its tools, and nothing it started is left"
 fi
 
 for r in a b; do start_replica "$r" || die "replica gw-$r: $WAIT_REASON"; done
