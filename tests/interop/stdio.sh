@@ -43,7 +43,8 @@
 #   rr        each client alone through the forwarder, per route; files
 #   cross     10 flows per route with round 1 and the retry on different replicas
 #   mixed     per route, all four clients at once through the forwarder; files again
-#   abandon   four calls whose clients leave while their processes start (stdio_checks.py
+#   abandon   four calls to an upstream not started before (the conformance fixture, route
+#             /abandon) whose clients leave while its processes start (stdio_checks.py
 #             abandon): what was spawned for them must go like any idle process (idle)
 #   retries   every MRTR retry through the forwarder carried a state a replica handed out,
 #             was answered 200, and per route some reached the other replica
@@ -107,6 +108,7 @@ done
 PY_LEGACY=$(realpath -s "$PY_LEGACY"); NODE=$(realpath -s "$NODE")
 EVERYTHING=$(realpath -s "$EVERYTHING"); FILESYSTEM=$(realpath -s "$FILESYSTEM")
 LEGACY_SERVER="$ROOT/tests/interop/legacy_server.py"
+FIXTURE="$ROOT/tests/conformance/fixture/server.py"
 
 # The directory server-filesystem serves, with one file in it.
 FILES="$LOGDIR/files"
@@ -168,6 +170,19 @@ max_processes = 4
 process_idle_timeout_ms = 3000
 spare_processes = 0
 start_timeout_ms = 30000
+
+# Used only by the abandon phase: a command not started before (its first starts are
+# one at a time), the conformance fixture so that its processes are told from py's.
+[[upstreams]]
+name = \"abandon\"
+command = [\"$PY_LEGACY\", \"$FIXTURE\", \"--stdio\"]
+max_processes = 4
+process_idle_timeout_ms = 3000
+start_timeout_ms = 30000
+
+[[routes]]
+path = \"/abandon\"
+upstream = \"abandon\"
 
 [[routes]]
 path = \"/py\"
@@ -277,11 +292,11 @@ for up in py everything; do
   for kind in py ts legacy-py legacy-ts; do collect "mixed-$kind-$up" mixed; done
 done
 check mixed python3 tests/interop/stdio_checks.py files --url "http://127.0.0.1:$RR/files" --dir "$FILES" --file note.txt
-# Starts abandoned: four calls (a capability set of their own, so each needs a new process
-# on its replica) whose clients leave after 0.2 s, while the processes still start. What
-# the gateway spawned for them must be stopped like any other (idle, below).
-check abandon python3 tests/interop/stdio_checks.py abandon --url "http://127.0.0.1:$RR/py" \
-  --tool echo --args '{"message": "gone"}' --caps '{"roots": {}}' --count 4 --after 0.2
+# Starts abandoned: four calls to an upstream never started before, whose clients leave
+# after 0.2 s while its processes still start. What the gateway spawned for them must be
+# stopped like any other (idle, below).
+check abandon python3 tests/interop/stdio_checks.py abandon --url "http://127.0.0.1:$RR/abandon" \
+  --tool test_simple_text --caps '{"roots": {}}' --count 4 --after 0.2
 
 # ---------------------------------------------------------------- children: while they serve
 
@@ -289,7 +304,7 @@ check abandon python3 tests/interop/stdio_checks.py abandon --url "http://127.0.
 check children python3 tests/interop/stdio_checks.py snapshot --out "$LOGDIR/children.json" \
   --gateway "gw-a=${PID_GW[a]}" --gateway "gw-b=${PID_GW[b]}" \
   --match "py=$LEGACY_SERVER" --match "everything=$EVERYTHING" --match "files=$FILESYSTEM" \
-  --max py=8 --max everything=8 --max files=4 \
+  --match "abandon=$FIXTURE" --max py=8 --max everything=8 --max files=4 --max abandon=4 \
   --env "everything:STDIO_INTEROP=everything" --env "files:STDIO_INTEROP=files" \
   --env "files:STDIO_INTEROP_TOKEN=$SESSIONLESS_STDIO_TOKEN" \
   --secret "$SESSIONLESS_CLUSTER_TEST_KEY" --secret "$SESSIONLESS_CLUSTER_TEST_SECRET" \
@@ -363,7 +378,7 @@ fi
 # Nothing is in flight now. Every process is stopped once idle (process_idle_timeout_ms:
 # 3 s for files, 10 s for py and everything), the one py spare per replica kept; a process
 # left beyond that (one that never started serving, say) holds a place of max_processes.
-declare -A IDLE_KEEP=([py]=1 [everything]=0 [files]=0)
+declare -A IDLE_KEEP=([py]=1 [everything]=0 [files]=0 [abandon]=0)
 declare -A IDLE_LEFT
 idle_t0=$SECONDS
 while :; do
@@ -373,11 +388,11 @@ while :; do
     (( na <= IDLE_KEEP[$up] && nb <= IDLE_KEEP[$up] )) || settled=0
   done < <(python3 tests/interop/stdio_checks.py count --gateway "a=${PID_GW[a]}" --gateway "b=${PID_GW[b]}" \
              --match "py=$LEGACY_SERVER" --match "everything=$EVERYTHING" --match "files=$FILESYSTEM" \
-           | tee -a "$LOGDIR/idle.log")
+             --match "abandon=$FIXTURE" | tee -a "$LOGDIR/idle.log")
   (( settled || SECONDS - idle_t0 >= 25 )) && break
   sleep 0.5
 done
-for up in py everything files; do
+for up in py everything files abandon; do
   read -r na nb <<<"${IDLE_LEFT[$up]}"
   if (( na <= IDLE_KEEP[$up] && nb <= IDLE_KEEP[$up] )); then
     verdict PASS "idle:$up" "processes left once idle: gw-a $na, gw-b $nb (spares kept: ${IDLE_KEEP[$up]}; settled after $((SECONDS - idle_t0)) s)"
