@@ -10,6 +10,7 @@
 #               (per request)             gw-b ──stdin/stdout──▶   legacy_server.py --stdio  (/py)
 #                                        (cluster)                 server-everything stdio   (/everything)
 #                                                                  server-filesystem DIR     (/files)
+#                                                                  fixture/server.py --stdio (/abandon)
 #
 # Upstreams (stdio, legacy; each replica spawns its own processes):
 #   py          tests/interop/legacy_server.py --stdio on mcp==1.30.0 (FastMCP)
@@ -43,7 +44,7 @@
 #   rr        each client alone through the forwarder, per route; files
 #   cross     10 flows per route with round 1 and the retry on different replicas
 #   mixed     per route, all four clients at once through the forwarder; files again
-#   abandon   four calls to an upstream not started before (the conformance fixture, route
+#   abandon   eight calls to an upstream not started before (the conformance fixture, route
 #             /abandon) whose clients leave while its processes start (stdio_checks.py
 #             abandon): what was spawned for them must go like any idle process (idle)
 #   retries   every MRTR retry through the forwarder carried a state a replica handed out,
@@ -292,11 +293,11 @@ for up in py everything; do
   for kind in py ts legacy-py legacy-ts; do collect "mixed-$kind-$up" mixed; done
 done
 check mixed python3 tests/interop/stdio_checks.py files --url "http://127.0.0.1:$RR/files" --dir "$FILES" --file note.txt
-# Starts abandoned: four calls to an upstream never started before, whose clients leave
-# after 0.2 s while its processes still start. What the gateway spawned for them must be
-# stopped like any other (idle, below).
+# Starts abandoned: eight calls (four per replica) to an upstream never started before,
+# whose clients leave after 0.2 s while its processes still start. What the gateway
+# spawned for them must be stopped like any other (idle, below).
 check abandon python3 tests/interop/stdio_checks.py abandon --url "http://127.0.0.1:$RR/abandon" \
-  --tool test_simple_text --caps '{"roots": {}}' --count 4 --after 0.2
+  --tool test_simple_text --caps '{"roots": {}}' --count 8 --after 0.2
 
 # ---------------------------------------------------------------- children: while they serve
 
