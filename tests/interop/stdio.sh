@@ -44,9 +44,10 @@
 #   rr        each client alone through the forwarder, per route; files
 #   cross     10 flows per route with round 1 and the retry on different replicas
 #   mixed     per route, all four clients at once through the forwarder; files again
-#   abandon   eight calls to an upstream not started before (the conformance fixture, route
-#             /abandon) whose clients leave while its processes start (stdio_checks.py
-#             abandon): what was spawned for them must go like any idle process (idle)
+#   abandon   four calls at once to gw-a for an upstream not started before (the
+#             conformance fixture, route /abandon) whose clients leave while its processes
+#             start (stdio_checks.py abandon): what was spawned for them must go like any
+#             idle process (idle)
 #   retries   every MRTR retry through the forwarder carried a state a replica handed out,
 #             was answered 200, and per route some reached the other replica
 #   rr:…      legacy sessions alternated over both replicas; answers to pushed questions
@@ -293,11 +294,6 @@ for up in py everything; do
   for kind in py ts legacy-py legacy-ts; do collect "mixed-$kind-$up" mixed; done
 done
 check mixed python3 tests/interop/stdio_checks.py files --url "http://127.0.0.1:$RR/files" --dir "$FILES" --file note.txt
-# Starts abandoned: eight calls (four per replica) to an upstream never started before,
-# whose clients leave after 0.2 s while its processes still start. What the gateway
-# spawned for them must be stopped like any other (idle, below).
-check abandon python3 tests/interop/stdio_checks.py abandon --url "http://127.0.0.1:$RR/abandon" \
-  --tool test_simple_text --caps '{"roots": {}}' --count 8 --after 0.2
 
 # ---------------------------------------------------------------- children: while they serve
 
@@ -310,6 +306,14 @@ check children python3 tests/interop/stdio_checks.py snapshot --out "$LOGDIR/chi
   --env "files:STDIO_INTEROP_TOKEN=$SESSIONLESS_STDIO_TOKEN" \
   --secret "$SESSIONLESS_CLUSTER_TEST_KEY" --secret "$SESSIONLESS_CLUSTER_TEST_SECRET" \
   --need py --need everything --need files
+
+# ---------------------------------------------------------------- abandon: starts whose clients left
+
+# Four calls at once straight to gw-a (so that they meet on one replica) for an upstream
+# never started before, whose clients leave after 0.2 s while its processes still start.
+# What the gateway spawned for them must be stopped like any other (idle, below).
+check abandon python3 tests/interop/stdio_checks.py abandon --url "http://127.0.0.1:${PUBLIC[a]}/abandon" \
+  --tool test_simple_text --caps '{"roots": {}}' --count 4 --after 0.2
 
 # ---------------------------------------------------------------- what the forwarder saw
 
@@ -402,6 +406,11 @@ for up in py everything files abandon; do
   fi
 done
 
+# What is below the replicas now (spares, and whatever else is left), for the check after
+# SIGTERM together with the first snapshot.
+python3 tests/interop/stdio_checks.py snapshot --save-only --out "$LOGDIR/children-at-stop.json" \
+  --gateway "gw-a=${PID_GW[a]}" --gateway "gw-b=${PID_GW[b]}" \
+  --match "py=$LEGACY_SERVER" --match "everything=$EVERYTHING" --match "files=$FILESYSTEM" --match "abandon=$FIXTURE"
 for r in a b; do
   kill -TERM "${PID_GW[$r]}" 2>/dev/null || true
 done
@@ -416,7 +425,8 @@ for r in a b; do
     verdict FAIL "children:gw-$r/stopped" "still running 30 s after SIGTERM"
   fi
 done
-check children python3 tests/interop/stdio_checks.py gone --snapshot "$LOGDIR/children.json" --wait 5
+check children python3 tests/interop/stdio_checks.py gone --snapshot "$LOGDIR/children.json" \
+  --snapshot "$LOGDIR/children-at-stop.json" --wait 5
 if grep -qF "$SESSIONLESS_STDIO_TOKEN" "$LOGDIR"/gw-*.log; then
   verdict FAIL secrets:logs "the value_env secret's value is in a gateway log"
 else

@@ -362,6 +362,14 @@ def cmd_snapshot(a: argparse.Namespace) -> None:
             info("children/exiting", f"{len(procs) - len(kept)} processes were exiting at the first look and gone a second later")
         procs = kept
     snapshot = []
+    if a.save_only:
+        for gw, pid in gateways.items():
+            for p in descendants(int(pid), procs):
+                p.pop("env", None)
+                snapshot.append({**p, "gateway": gw, "upstream": upstream_of(p["cmd"], matches)})
+        with open(a.out, "w") as f:
+            json.dump(snapshot, f)
+        return
     for gw, pid in gateways.items():
         pid = int(pid)
         gw_env = environ(pid) or {}
@@ -437,8 +445,12 @@ def cmd_count(a: argparse.Namespace) -> None:
 
 
 def cmd_gone(a: argparse.Namespace) -> None:
-    with open(a.snapshot) as f:
-        snapshot = json.load(f)
+    snapshot: list[dict[str, Any]] = []
+    for path in a.snapshot:
+        with open(path) as f:
+            for p in json.load(f):
+                if not any(q["pid"] == p["pid"] and q["start"] == p["start"] for q in snapshot):
+                    snapshot.append(p)
     groups = {p["pgid"] for p in snapshot}
     deadline = time.monotonic() + a.wait
     while True:
@@ -493,12 +505,13 @@ def main() -> None:
     s.add_argument("--env", action="append", default=[], help="UPSTREAM:NAME=VALUE the config lists")
     s.add_argument("--secret", action="append", default=[], help="a value no child may see")
     s.add_argument("--need", action="append", default=[], help="an upstream that must have a child now")
+    s.add_argument("--save-only", action="store_true", help="record the processes for gone, check nothing")
     s.add_argument("--out", required=True)
     c = sub.add_parser("count")
     c.add_argument("--gateway", action="append", required=True, help="NAME=PID")
     c.add_argument("--match", action="append", required=True, help="NAME=substring of the command line")
     g = sub.add_parser("gone")
-    g.add_argument("--snapshot", required=True)
+    g.add_argument("--snapshot", action="append", required=True, help="a snapshot file (repeat: their union)")
     g.add_argument("--wait", type=float, default=5.0, help="seconds to wait for the processes to go")
     args = ap.parse_args()
     TAG = args.tag
