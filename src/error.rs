@@ -132,8 +132,9 @@ pub enum Error {
     /// A stdio upstream's process could not be started: it did not finish
     /// `initialize` in time (`timed_out`), or it exited, could not be
     /// spawned, or its command is failing and backed off.
+    /// `upstream`: its name, once the route is known.
     #[error("upstream process did not start")]
-    ProcessStart { timed_out: bool },
+    ProcessStart { timed_out: bool, upstream: Option<String> },
     /// The upstream answered 401 or 403: to the client's own token when
     /// `client_token` (forwarded), else to the gateway's configured headers.
     #[error("upstream refused the credentials")]
@@ -254,8 +255,8 @@ impl Error {
             UpstreamTimeout => "upstream_timeout",
             UpstreamInvalid(_) => "upstream_invalid",
             UpstreamTooLarge => "upstream_too_large",
-            ProcessStart { timed_out: true } => "upstream_start_timeout",
-            ProcessStart { timed_out: false } => "upstream_start_failed",
+            ProcessStart { timed_out: true, .. } => "upstream_start_timeout",
+            ProcessStart { timed_out: false, .. } => "upstream_start_failed",
             UpstreamDenied { client_token: true, .. } => "upstream_refused_token",
             UpstreamDenied { client_token: false, .. } => "upstream_refused_credentials",
             OutcomeUnknown => "outcome_unknown",
@@ -295,8 +296,8 @@ impl Error {
             Upstream { code, data, .. } => spec_error_status(*code, data.as_ref()).unwrap_or(StatusCode::OK),
             UpstreamUnreachable | UpstreamRefused | UpstreamInvalid(_) | UpstreamTooLarge
             | OutcomeUnknown => StatusCode::BAD_GATEWAY,
-            UpstreamTimeout | ProcessStart { timed_out: true } => StatusCode::GATEWAY_TIMEOUT,
-            ProcessStart { timed_out: false } => StatusCode::BAD_GATEWAY,
+            UpstreamTimeout | ProcessStart { timed_out: true, .. } => StatusCode::GATEWAY_TIMEOUT,
+            ProcessStart { timed_out: false, .. } => StatusCode::BAD_GATEWAY,
             UpstreamDenied { status: 403, client_token: true } => StatusCode::FORBIDDEN,
             UpstreamDenied { client_token: true, .. } => StatusCode::UNAUTHORIZED,
             // The gateway's own credentials: nothing the client can fix.
@@ -347,8 +348,21 @@ impl Error {
             ),
             Upstream { code, message, data } => (*code, message.clone(), data.clone()),
             UpstreamUnreachable | UpstreamRefused | UpstreamTimeout | UpstreamInvalid(_)
-            | UpstreamTooLarge | OutcomeUnknown | ProcessStart { .. } => {
-                (code::INTERNAL_ERROR, upstream_message(self).into(), Some(json!({"reason": self.reason()})))
+            | UpstreamTooLarge | OutcomeUnknown => {
+                let message = match self {
+                    UpstreamInvalid(why) => format!("{} ({why})", upstream_message(self)),
+                    _ => upstream_message(self).into(),
+                };
+                (code::INTERNAL_ERROR, message, Some(json!({"reason": self.reason()})))
+            }
+            ProcessStart { timed_out, upstream } => {
+                let name = upstream.as_deref().map(|n| format!(" `{n}`")).unwrap_or_default();
+                let what = match timed_out {
+                    true => "did not finish initialize within its start_timeout_ms",
+                    false => "could not be started (it exited or could not be spawned; the gateway retries with backoff)",
+                };
+                let data = json!({"reason": self.reason(), "upstream": upstream});
+                (code::INTERNAL_ERROR, format!("The process of upstream server{name} {what}"), Some(data))
             }
             UpstreamDenied { status: 403, client_token: true } => (
                 code::FORBIDDEN,
@@ -478,13 +492,6 @@ fn upstream_message(err: &Error) -> &'static str {
         Error::UpstreamTooLarge => "Upstream response too large",
         Error::UpstreamRefused => "Upstream server speaks a protocol revision this gateway does not support",
         Error::OutcomeUnknown => "Upstream stream broke after the call was sent; its outcome is unknown",
-        Error::ProcessStart { timed_out: true } => {
-            "Upstream server's process did not finish initialize within its start_timeout_ms"
-        }
-        Error::ProcessStart { timed_out: false } => {
-            "Upstream server's process could not be started (it exited or could not be spawned; \
-             the gateway retries with backoff)"
-        }
         _ => "Upstream server sent an invalid response",
     }
 }

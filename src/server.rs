@@ -22,6 +22,7 @@ use crate::bridge::{
     Held, Services, Target, Targets,
 };
 use crate::cluster;
+use crate::upstream::Channel as _;
 use crate::config::{Config, ConnLimits};
 use crate::conn::Tracked;
 use crate::error::{error_body, Error};
@@ -278,7 +279,10 @@ impl Gateway {
     /// upstream is named, but does not take the replica out of service).
     fn readiness(&self) -> Response<Body> {
         let live = self.live.load();
-        let reachable = |t: &Arc<Target>| t.instances().iter().any(|i| i.health().is_up());
+        let reachable = |t: &Arc<Target>| match t.stdio() {
+            Some(stdio) => stdio.health().is_up(),
+            None => t.instances().iter().any(|i| i.health().is_up()),
+        };
         let ready = match live.config.readiness {
             crate::config::Readiness::Always => true,
             crate::config::Readiness::AnyUpstream => live.targets.onto_upstreams().any(reachable),
@@ -288,7 +292,10 @@ impl Gateway {
         for t in live.targets.onto_upstreams() {
             let (path, name) = (&t.route.id, &t.route.upstream.name);
             lines.push_str(&format!("{path} {name}: {}\n", t.detected.describe()));
-            if t.instances().len() > 1 {
+            if let Some(stdio) = t.stdio() {
+                let state = if stdio.health().is_up() { "starts" } else { "failing to start" };
+                lines.push_str(&format!("  stdio: {} processes, {state}\n", stdio.fleet().processes()));
+            } else if t.instances().len() > 1 {
                 for i in t.instances() {
                     let state = if i.health().is_up() { "up" } else { "down" };
                     lines.push_str(&format!("  {} {state}\n", i.instance()));

@@ -27,6 +27,14 @@ impl Checked {
     pub fn from_toml(text: &str) -> Result<Checked, ConfigError> {
         let outside = Outside::optional();
         let config = validate(parse(text)?, text, &outside)?;
+        // A stdio upstream's program must be there and executable (checked offline).
+        for r in config.routes.iter().flat_map(|r| std::iter::once(r).chain(r.members.iter().map(|m| &m.route))) {
+            if let Some(command) = &r.upstream.stdio {
+                command.check_program().map_err(|why| {
+                    ConfigError(format!("upstream `{}`: its command cannot be run: {why}", r.upstream.name))
+                })?;
+            }
+        }
         Ok(Checked { config, needs: outside.into_needs() })
     }
 
@@ -85,7 +93,10 @@ pub fn routing_table(routes: &[Arc<Route>]) -> String {
     let rows: Vec<[String; 8]> = onto_one
         .map(|(route, r)| {
             let u = &r.upstream;
-            let urls: Vec<String> = u.urls.iter().map(ToString::to_string).collect();
+            let urls: Vec<String> = match &u.stdio {
+                Some(command) => vec![format!("stdio: {}", command.describe())],
+                None => u.urls.iter().map(ToString::to_string).collect(),
+            };
             let generation = match (u.generation, u.legacy_clients) {
                 (UpstreamGeneration::Auto, LegacyClientMode::Relay) => "auto",
                 (UpstreamGeneration::Auto, LegacyClientMode::Translate) => "auto (legacy clients translated)",

@@ -69,6 +69,7 @@ impl ClusterEnv {
             internal_port: port,
             advertise: format!("127.0.0.1:{port}"),
             upstream_url: upstream_url.into(),
+            command: None,
             key_env: self.key_env.clone(),
             secret_env: self.secret_env.clone(),
             drain_timeout_ms: 10_000,
@@ -89,6 +90,8 @@ pub struct ReplicaConfig {
     /// `host:port` sealed into the states this replica issues.
     pub advertise: String,
     pub upstream_url: String,
+    /// A stdio upstream's argv, written as `command` instead of `url`.
+    pub command: Option<Vec<String>>,
     pub key_env: String,
     pub secret_env: String,
     pub drain_timeout_ms: u64,
@@ -115,7 +118,7 @@ drain_timeout_ms = {drain}
 
 [[upstreams]]
 name = "up"
-url = "{upstream}"
+{upstream}
 {upstream_extra}
 
 [[routes]]
@@ -137,7 +140,10 @@ secret_env = "{secret_env}"
 "#,
             drain = self.drain_timeout_ms,
             server_extra = self.server_extra,
-            upstream = self.upstream_url,
+            upstream = match &self.command {
+                Some(argv) => format!("command = {}", serde_json::to_string(argv).unwrap()),
+                None => format!("url = \"{}\"", self.upstream_url),
+            },
             upstream_extra = self.upstream_extra,
             route_extra = self.route_extra,
             key_env = self.key_env,
@@ -183,6 +189,12 @@ secret_env = "{secret_env}"
             cert.key.display(),
             ca.ca.display()
         ))
+    }
+
+    /// A stdio upstream running `argv` instead of the HTTP one.
+    pub fn command(mut self, argv: Vec<String>) -> Self {
+        self.command = Some(argv);
+        self
     }
 
     pub fn drain_ms(mut self, ms: u64) -> Self {

@@ -81,7 +81,7 @@ impl ParkedFlow {
             match channel::once_more(link.health(), || channel::post(link, &self.wire, &response)).await {
                 Ok(_) => delivered = true,
                 Err(e) => {
-                    crate::log_limited!(tracing::Level::WARN, ?e, "could not deliver an answer upstream");
+                    crate::log_limited!(tracing::Level::WARN, outcome = e.as_str(), "could not deliver an answer upstream: {}", e.words());
                     return Err(if delivered { SendError::Broken } else { e });
                 }
             }

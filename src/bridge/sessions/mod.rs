@@ -126,6 +126,10 @@ impl Bridge {
         };
         match done {
             Done::Result(result) => Outcome::of_result(result),
+            // A process that did not start: named, for the operator reading the client's error.
+            Done::Failed(Error::ProcessStart { timed_out, upstream: None }) => {
+                Error::ProcessStart { timed_out, upstream: Some(target.route.upstream.name.clone()) }.into()
+            }
             // Shaped text is a complete result: questions come as a tree.
             Done::Text(text) => Outcome::Complete(Payload::Text(text)),
             Done::Failed(e) => e.into(),

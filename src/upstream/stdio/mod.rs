@@ -41,6 +41,10 @@ pub const ADMISSION_WAIT: Duration = Duration::from_secs(2);
 /// The first delay after a failed start; it doubles per failure.
 const BACKOFF_FIRST: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// A process is stopped to make room for another session only once idle
+/// this long: a call's requests (its tool list, then the call) come in a
+/// row on the same session.
+const EVICT_AFTER: Duration = Duration::from_millis(250);
 
 /// A stdio upstream as one route's channel (a route's health and
 /// configuration over its upstream's shared [`Fleet`]).
@@ -72,6 +76,48 @@ impl Stdio {
         &self.0.fleet
     }
 
+    /// `check-config --probe`: starts a process, initializes it, lists its
+    /// tools and stops it. What it found, or why not.
+    pub async fn probe(&self) -> Result<String, String> {
+        let upstream = &self.0.upstream;
+        let init = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": upstream.protocol_version,
+            "capabilities": {},
+            "clientInfo": {"name": "sessionless-check-config", "version": env!("CARGO_PKG_VERSION")},
+        }});
+        let bytes = |m: &Value| serde_json::to_vec(m).unwrap_or_default();
+        let opened = self.send(&SessionWire::default(), &bytes(&init)).await;
+        let found = async {
+            let sent = opened.map_err(|e| format!("could not start ({})", crate::upstream::map_send_error(e, false).reason()))?;
+            let (Answer::Json(answer), Some(id)) = (sent.answer, sent.session) else {
+                return Err("no answer to initialize".to_string());
+            };
+            let wire = SessionWire { id: Some(id), version: None };
+            let version = answer.pointer("/result/protocolVersion").and_then(Value::as_str).unwrap_or("?").to_string();
+            let initialized = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+            self.send(&wire, &bytes(&initialized)).await.map_err(|_| "gone after initialize".to_string())?;
+            let list = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
+            let sent = self.send(&wire, &bytes(&list)).await.map_err(|_| "gone after initialize".to_string())?;
+            let Answer::Stream(mut stream) = sent.answer else { return Err("no answer to tools/list".into()) };
+            let listed = loop {
+                let next = tokio::time::timeout(upstream.response_timeout, stream.next()).await;
+                match next {
+                    Ok(Ok(msg)) if msg.get("id") == Some(&Value::from(1)) => break msg,
+                    Ok(Ok(_)) => continue,
+                    _ => return Err("no answer to tools/list".into()),
+                }
+            };
+            let tools: Vec<&str> = (listed.pointer("/result/tools").and_then(Value::as_array).into_iter().flatten())
+                .filter_map(|t| t.get("name").and_then(Value::as_str))
+                .collect();
+            self.close(&wire).await;
+            Ok(format!("legacy over stdio (protocol {version}), {} tools: {}", tools.len(), tools.join(", ")))
+        }
+        .await;
+        self.0.fleet.stop_all().await;
+        found
+    }
+
     async fn write(&self, session: &SessionWire, message: &[u8], alone: bool) -> Result<Sent, SendError> {
         let fleet = &self.0.fleet;
         let msg: Value = serde_json::from_slice(message).map_err(|_| SendError::Invalid("encode"))?;
@@ -79,7 +125,7 @@ impl Stdio {
             let sent = fleet.open(message, &msg).await;
             match &sent {
                 Ok(_) => self.0.health.recovered(),
-                Err(SendError::Start { .. }) => self.0.health.failed(),
+                Err(SendError::Start { .. }) => self.0.health.failed("its process does not start"),
                 Err(_) => {}
             }
             return sent;
@@ -252,7 +298,7 @@ pub struct Fleet {
     /// No new sessions; processes stop once idle.
     retired: AtomicBool,
     /// A place or a process of a family came free.
-    freed: Notify,
+    freed: Arc<Notify>,
     spawns: SpawnCounts,
     gauge: Gauge,
 }
@@ -311,16 +357,16 @@ impl Family {
             let freed = fleet.freed.notified();
             let grow = {
                 let mut processes = self.processes.lock().expect("family lock");
-                processes.retain(|p| !p.is_ended());
+                // A process being stopped takes no request (it would refuse the link).
+                processes.retain(|p| !p.is_ended() && !p.stop_asked());
                 if processes.is_empty() && self.growing.load(Ordering::Acquire) == 0 {
                     return Err(SendError::SessionGone);
                 }
+                // A process held alone takes no other request: what names no
+                // request goes to its holder, and must be the holder's.
                 let pick = match alone {
                     true => processes.iter().find(|p| p.load() == (0, false)),
-                    false => processes.iter().min_by_key(|p| {
-                        let (n, held) = p.load();
-                        (held, n)
-                    }),
+                    false => processes.iter().filter(|p| !p.load().1).min_by_key(|p| p.load().0),
                 };
                 if let Some(p) = pick {
                     if let Some(rx) = p.link(id, token.clone(), alone) {
@@ -386,7 +432,7 @@ impl Fleet {
             starts: Mutex::new(Starts::default()),
             probe: tokio::sync::Mutex::new(()),
             retired: AtomicBool::new(false),
-            freed: Notify::new(),
+            freed: Arc::new(Notify::new()),
             spawns,
             gauge,
         });
@@ -440,10 +486,11 @@ impl Fleet {
     /// A process that has answered `family`'s `initialize`, and its answer.
     async fn start(self: &Arc<Self>, family: &Family, deadline: Instant) -> Result<(Arc<Process>, Value), SendError> {
         // Until the command has started once (since it last failed), one start at a time.
-        let proven = self.starts.lock().expect("starts lock").proven;
-        let _probe = match proven {
+        let proven = || self.starts.lock().expect("starts lock").proven;
+        let _probe = match proven() {
             true => None,
-            false => Some(self.probe.lock().await),
+            // Once the start ahead has proven the command, no need to queue.
+            false => Some(self.probe.lock().await).filter(|_| !proven()),
         };
         self.backing_off()?;
         let began = Instant::now();
@@ -539,11 +586,23 @@ impl Fleet {
         let place = match self.places.clone().try_acquire_owned() {
             Ok(place) => place,
             Err(_) => {
-                self.make_room();
-                match tokio::time::timeout_at(deadline, self.places.clone().acquire_owned()).await {
-                    Ok(Ok(place)) => place,
-                    Ok(Err(_)) => return Err(SendError::NotSent),
-                    Err(_) => return Err(SendError::Busy),
+                // In line for a place (first come, first served), stopping an
+                // idle process each time a request ends and one may have gone idle.
+                let queued = self.places.clone().acquire_owned();
+                tokio::pin!(queued);
+                loop {
+                    let freed = self.freed.notified();
+                    self.make_room();
+                    tokio::select! {
+                        place = &mut queued => match place {
+                            Ok(place) => break place,
+                            Err(_) => return Err(SendError::NotSent),
+                        },
+                        _ = freed => continue,
+                        // A process may have been idle long enough by now.
+                        _ = tokio::time::sleep(EVICT_AFTER / 4) => continue,
+                        _ = tokio::time::sleep_until(deadline) => return Err(SendError::Busy),
+                    }
                 }
             }
         };
@@ -551,7 +610,7 @@ impl Fleet {
     }
 
     fn spawn_with(self: &Arc<Self>, place: OwnedSemaphorePermit) -> Result<Arc<Process>, SendError> {
-        let spawned = match process::spawn(&self.command, &self.env) {
+        let spawned = match process::spawn(&self.command, &self.env, self.freed.clone()) {
             Ok(s) => s,
             Err(e) => {
                 self.spawns.spawn_error.inc();
@@ -618,13 +677,19 @@ impl Fleet {
             p.stop();
             return;
         }
-        let families = self.families.lock().expect("families lock");
-        let idle = families
-            .values()
-            .flat_map(|f| f.processes.lock().expect("family lock").clone())
-            .find(|p| !p.is_ended() && p.idle_for(Duration::ZERO));
-        if let Some(p) = idle {
-            p.stop();
+        let idle = {
+            let families = self.families.lock().expect("families lock");
+            let processes = families.values().flat_map(|f| f.processes.lock().expect("family lock").clone());
+            // A session just opened has not had its first call yet: spared a while.
+            let evictable = |p: &Arc<Process>| !p.fresh(ADMISSION_WAIT);
+            let idle = processes.filter(evictable).filter_map(|p| Some((p.idle()?, p)));
+            idle.max_by_key(|(idle, _)| *idle).filter(|(idle, _)| *idle >= EVICT_AFTER)
+        };
+        // Still idle (a request may have been linked since): stopped.
+        if let Some((idle, p)) = idle {
+            if !p.stop_asked() && p.stop_if_idle(idle) {
+                tracing::debug!(upstream = %self.name, pid = p.pid, "idle upstream process stopped to make room");
+            }
         }
     }
 
@@ -650,6 +715,7 @@ impl Fleet {
     fn close(&self, id: &str) {
         let family = self.families.lock().expect("families lock").remove(id);
         for p in family.iter().flat_map(|f| f.live()) {
+            tracing::debug!(upstream = %self.name, pid = p.pid, "session closed: upstream process stopped");
             p.stop();
         }
     }
@@ -688,12 +754,7 @@ impl Fleet {
         let mut families = self.families.lock().expect("families lock");
         families.retain(|_, f| {
             let mut processes = f.processes.lock().expect("family lock");
-            processes.retain(|p| {
-                if p.idle_for(idle) {
-                    p.stop();
-                }
-                !p.is_ended()
-            });
+            processes.retain(|p| !p.stop_if_idle(idle) && !p.stop_asked() && !p.is_ended());
             !processes.is_empty() || f.growing.load(Ordering::Acquire) > 0
         });
     }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
-use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
 use rustix::process::{Pid, Signal};
@@ -23,6 +23,8 @@ use crate::upstream::channel::StreamEnd;
 
 /// How long a process has between TERM and KILL.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How long a write may wait for the process to read its input.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// A stderr line is cut at this many bytes.
 const STDERR_LINE: usize = 2048;
 /// Stderr lines logged per process and second; the rest are counted.
@@ -79,6 +81,10 @@ pub struct Process {
     epoch: Instant,
     /// Whether `initialize` has been answered.
     pub initialized: AtomicBool,
+    /// Told when a request is answered or let go (a process may be free).
+    freed: Arc<Notify>,
+    /// Whether a request has been linked since `initialize` was answered.
+    used: AtomicBool,
 }
 
 /// What [`spawn`] started: the process, and its owner's parts.
@@ -90,7 +96,7 @@ pub struct Spawned {
 }
 
 /// Starts `command` with exactly `env`, in its own process group, without a shell.
-pub fn spawn(command: &StdioCommand, env: &[(String, String)]) -> std::io::Result<Spawned> {
+pub fn spawn(command: &StdioCommand, env: &[(String, String)], freed: Arc<Notify>) -> std::io::Result<Spawned> {
     let mut cmd = Command::new(&command.argv[0]);
     cmd.args(&command.argv[1..])
         .env_clear()
@@ -120,24 +126,36 @@ pub fn spawn(command: &StdioCommand, env: &[(String, String)]) -> std::io::Resul
         idle_since: AtomicU64::new(0),
         epoch,
         initialized: AtomicBool::new(false),
+        freed,
+        used: AtomicBool::new(false),
     });
     Ok(Spawned { process, child, stdout, stderr })
 }
 
 impl Process {
-    /// Writes one message as one line; `Err` when the process is gone.
+    /// Writes one message as one line; `Err` when the process is gone, or
+    /// has not read its input for [`WRITE_TIMEOUT`] (it is then stopped).
     pub async fn write(&self, line: &[u8]) -> Result<(), ()> {
         if self.ended.is_cancelled() {
             return Err(());
         }
-        let mut stdin = self.stdin.lock().await;
-        let Some(pipe) = stdin.as_mut() else { return Err(()) };
         let mut out = Vec::with_capacity(line.len() + 1);
         out.extend_from_slice(line);
         out.push(b'\n');
-        match pipe.write_all(&out).await {
-            Ok(()) => pipe.flush().await.map_err(|_| ()),
-            Err(_) => Err(()),
+        let written = tokio::time::timeout(WRITE_TIMEOUT, async {
+            let mut stdin = self.stdin.lock().await;
+            let pipe = stdin.as_mut().ok_or(())?;
+            pipe.write_all(&out).await.map_err(|_| ())?;
+            pipe.flush().await.map_err(|_| ())
+        })
+        .await;
+        match written {
+            Ok(result) => result,
+            Err(_) => {
+                tracing::warn!(pid = self.pid, "upstream process does not read its input: stopped");
+                self.stop();
+                Err(())
+            }
         }
     }
 
@@ -145,11 +163,15 @@ impl Process {
     /// `alone`, what names no request goes to it too. `None` when the
     /// process is ending.
     pub fn link(&self, id: u64, token: Option<String>, alone: bool) -> Option<mpsc::Receiver<Value>> {
-        if self.ended.is_cancelled() {
+        let mut links = self.links.lock().expect("links lock");
+        // Checked under the lock [`Process::stop_if_idle`] takes.
+        if self.ended.is_cancelled() || self.stop.is_cancelled() {
             return None;
         }
         let (tx, rx) = mpsc::channel(SINK_DEPTH);
-        let mut links = self.links.lock().expect("links lock");
+        if self.initialized.load(Ordering::Acquire) {
+            self.used.store(true, Ordering::Release);
+        }
         links.requests.insert(id, tx);
         if let Some(token) = token {
             links.tokens.insert(token, id);
@@ -171,6 +193,8 @@ impl Process {
             if links.requests.is_empty() {
                 self.idle_since.store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
             }
+            drop(links);
+            self.freed.notify_waiters();
         }
     }
 
@@ -190,15 +214,37 @@ impl Process {
         (links.requests.len(), links.alone.is_some())
     }
 
-    /// Whether nothing is in flight on it and nobody reads its own stream,
-    /// for at least `idle`.
-    pub fn idle_for(&self, idle: Duration) -> bool {
+    /// How long nothing has been in flight on it and nobody has read its
+    /// own stream; `None` while something is.
+    pub fn idle(&self) -> Option<Duration> {
         let links = self.links.lock().expect("links lock");
+        Self::idle_in(&links, self)
+    }
+
+    fn idle_in(links: &Links, p: &Process) -> Option<Duration> {
         let reading = links.own.as_ref().is_some_and(|s| !s.is_closed());
-        let since = self.idle_since.load(Ordering::Relaxed);
-        links.requests.is_empty()
-            && !reading
-            && (self.epoch.elapsed().as_millis() as u64).saturating_sub(since) >= idle.as_millis() as u64
+        let since = p.idle_since.load(Ordering::Relaxed);
+        let now = p.epoch.elapsed().as_millis() as u64;
+        (links.requests.is_empty() && !reading).then(|| Duration::from_millis(now.saturating_sub(since)))
+    }
+
+    /// Whether it was initialized less than `spared` ago and has had no
+    /// request since (its session's first call is on its way).
+    pub fn fresh(&self, spared: Duration) -> bool {
+        let idle = self.idle().unwrap_or_default();
+        self.initialized.load(Ordering::Acquire) && !self.used.load(Ordering::Acquire) && idle < spared
+    }
+
+    /// Stops the process if it has been idle for at least `idle`: checked
+    /// and done under the lock [`Process::link`] takes, so that no request
+    /// is linked to a process being stopped.
+    pub fn stop_if_idle(&self, idle: Duration) -> bool {
+        let links = self.links.lock().expect("links lock");
+        let stop = Self::idle_in(&links, self).is_some_and(|d| d >= idle);
+        if stop {
+            self.stop.cancel();
+        }
+        stop
     }
 
     pub fn is_ended(&self) -> bool {
@@ -241,6 +287,8 @@ impl Process {
                 }
                 // A reader that fell behind gets its stream ended instead.
                 let _ = sink.try_send(msg);
+                drop(links);
+                self.freed.notify_waiters();
                 None
             }
             (Some("notifications/progress"), None) => {
@@ -355,6 +403,10 @@ pub async fn own(
         }
         if let Some(left) = process.place(msg) {
             unlinked(&process, left);
+        }
+        // One large answer does not keep a large buffer for the process's life.
+        if line.capacity() > 1 << 20 {
+            line = Vec::new();
         }
     };
     process.end_links(why);
