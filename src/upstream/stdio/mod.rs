@@ -846,7 +846,8 @@ impl Fleet {
 
     /// Spawns spares up to `spare_processes`, without waiting for a place.
     fn top_up(self: &Arc<Self>) {
-        if self.retired.load(Ordering::Acquire) || !self.starts.lock().expect("starts lock").proven {
+        // Not while the command is failing (a spare that exits at once would be a spawn loop).
+        if self.retired.load(Ordering::Acquire) || self.starts.lock().expect("starts lock").failures > 0 {
             return;
         }
         loop {
@@ -938,7 +939,7 @@ impl Fleet {
                 if fleet.processes() == 0 {
                     return;
                 }
-            } else if fleet.starts.lock().expect("starts lock").not_before.is_none_or(|t| Instant::now() >= t) {
+            } else {
                 fleet.top_up();
             }
         }

@@ -418,7 +418,13 @@ impl Process {
             (Some(method), id) => {
                 let method = method.to_string();
                 let id = id.cloned();
-                let to = links.alone.and_then(|a| links.requests.get(&a)).or(links.own.as_ref()).cloned();
+                // The request that has the process to itself; else a lone
+                // request in flight (a question it did not declare it can
+                // answer is then refused to it as missing, as over HTTP);
+                // else the session's own stream.
+                let lone = (links.requests.len() == 1).then(|| links.requests.values().next()).flatten();
+                let held = links.alone.and_then(|a| links.requests.get(&a));
+                let to = held.or(lone).or(links.own.as_ref()).cloned();
                 let Some(sink) = to.filter(|s| !s.is_closed()) else { return Ok(Some(unlinked(msg, id, &method))) };
                 let mut msg = msg;
                 // A question gets an id of the gateway's: its answer comes
