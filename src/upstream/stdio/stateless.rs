@@ -59,7 +59,7 @@ impl Stdio {
         if reader.process.write(&bytes).await.is_err() {
             return Err(SendError::NotSent);
         }
-        let relinked = Relinked { reader, id, token, answered: false };
+        let relinked = Relinked { reader, id, token, alone, answered: false };
         Ok(Sent { answer: Answer::Stream(Box::new(relinked)), session: None })
     }
 }
@@ -210,6 +210,8 @@ struct Relinked {
     id: Value,
     /// The caller's progress token.
     token: Option<Value>,
+    /// Whether it asked for log lines (and has the process to itself).
+    alone: bool,
     answered: bool,
 }
 
@@ -232,12 +234,20 @@ impl Messages for Relinked {
                         }
                         continue;
                     }
-                    (Some(_), None) => {
+                    (Some(method), None) if method == "notifications/progress" => {
                         if let (Some(token), Some(t)) =
                             (&self.token, msg.pointer_mut("/params/progressToken"))
                         {
                             *t = token.clone();
                         }
+                    }
+                    (Some(method), None) if method == "notifications/message" && self.alone => {}
+                    // What names no request reaches this one only for being
+                    // alone in flight (a list change, say): not the caller's.
+                    (Some(method), None) => {
+                        let pid = self.reader.process.pid;
+                        tracing::debug!(pid, method, "upstream notification dropped");
+                        continue;
                     }
                 }
                 return Ok(msg);
