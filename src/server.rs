@@ -22,7 +22,6 @@ use crate::bridge::{
     Held, Services, Target, Targets,
 };
 use crate::cluster;
-use crate::upstream::Channel as _;
 use crate::config::{Config, ConnLimits};
 use crate::conn::Tracked;
 use crate::error::{error_body, Error};
@@ -33,6 +32,7 @@ use crate::metrics::{EndedLabels, HeaderLabels, Metrics, OutcomeOnlyLabels};
 use crate::ratelog::RateLimitedLog;
 use crate::reply::{self, Body, Reply};
 use crate::upstream::credentials::{client_token, Forwarded, Secret, CLIENT_TOKEN};
+use crate::upstream::Channel as _;
 
 /// A federated route's half, over the two upstream halves.
 type Federation = federation::Federation<sessions::Bridge, stateless::Bridge>;

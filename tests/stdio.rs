@@ -1241,7 +1241,10 @@ async fn one_principal_cannot_hold_every_process() {
     let s = Scratch::new("monopoly");
     let gw = gateway(&s.argv(&[]), "max_processes = 3", "").await;
     let holds = (0..3).map(|i| {
-        tool(&gw, json!(format!("a-{i}")), "slow", json!({"ms": 4000})).bearer("alice").log_level("info").send()
+        tool(&gw, json!(format!("a-{i}")), "slow", json!({"ms": 4000}))
+            .bearer("alice")
+            .log_level("info")
+            .send()
     });
     let holds = futures_util::future::join_all(holds);
     let bob = async {
@@ -1252,7 +1255,11 @@ async fn one_principal_cannot_hold_every_process() {
     answer(&bob, "bob, beside alice's calls");
     let refused = holds.iter().filter(|h| h.status == 429).count();
     let served = holds.iter().filter(|h| h.status == 200).count();
-    assert!(refused >= 1 && served >= 1, "alice is held to her share: {}", holds.iter().map(|h| h.raw.as_str()).collect::<Vec<_>>().join("\n"));
+    assert!(
+        refused >= 1 && served >= 1,
+        "alice is held to her share: {}",
+        holds.iter().map(|h| h.raw.as_str()).collect::<Vec<_>>().join("\n")
+    );
 }
 
 /// A caller that leaves while its large request waits for a child that
@@ -1267,7 +1274,8 @@ async fn a_caller_that_leaves_mid_write_leaves_no_half_line() {
     let rest = async {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let big = "x".repeat(512 * 1024);
-        gw.hang_up_after(tool(&gw, json!("b"), "echo", json!({"text": big})), Duration::from_millis(800)).await;
+        gw.hang_up_after(tool(&gw, json!("b"), "echo", json!({"text": big})), Duration::from_millis(800))
+            .await;
         tokio::time::sleep(Duration::from_millis(300)).await;
         tool(&gw, json!("c"), "echo", json!({"text": "c"})).send().await
     };

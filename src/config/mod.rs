@@ -6,8 +6,8 @@ pub mod file;
 pub mod keys;
 mod outside;
 mod raw;
-mod stdio;
 pub mod secret;
+mod stdio;
 pub mod tls;
 
 use std::collections::{HashMap, HashSet};
@@ -460,7 +460,8 @@ fn at(text: &str, needle: &str) -> String {
 fn validate(raw: RawConfig, text: &str, outside: &Outside) -> Result<Config, ConfigError> {
     let policies = auth::policies(&raw.auth, text, outside)?;
     let listen_text = raw.server.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
-    let listen = listen_address(listen_text).map_err(|why| ConfigError(format!("{}{why}", at(text, "listen"))))?;
+    let listen =
+        listen_address(listen_text).map_err(|why| ConfigError(format!("{}{why}", at(text, "listen"))))?;
     let pool_idle = ms(raw.pool.idle_timeout_ms, 300_000);
     let upstreams = (raw.upstreams.iter())
         .map(|u| upstream(u, text, outside, pool_idle))

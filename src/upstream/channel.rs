@@ -49,7 +49,9 @@ pub enum SendError {
     TooLarge,
     /// A process could not be started for the session: it did not finish
     /// `initialize` in time (`timed_out`), or exited, or could not be spawned.
-    Start { timed_out: bool },
+    Start {
+        timed_out: bool,
+    },
     /// The upstream has as many processes as it may, none free within the
     /// admission wait (nothing was sent).
     Busy,
@@ -85,10 +87,12 @@ impl SendError {
             SendError::Timeout => "no answer within response_timeout_ms".into(),
             SendError::Broken => "the connection broke during the answer".into(),
             SendError::Status(404) => "404 Not Found: is the path of the URL right?".into(),
-            SendError::Status(s) => match http::StatusCode::from_u16(s).ok().and_then(|c| c.canonical_reason()) {
-                Some(reason) => format!("HTTP {s} {reason}: not an MCP answer"),
-                None => format!("HTTP {s}: not an MCP answer"),
-            },
+            SendError::Status(s) => {
+                match http::StatusCode::from_u16(s).ok().and_then(|c| c.canonical_reason()) {
+                    Some(reason) => format!("HTTP {s} {reason}: not an MCP answer"),
+                    None => format!("HTTP {s}: not an MCP answer"),
+                }
+            }
             SendError::Denied { status, .. } => format!("HTTP {status}: the server refused the credentials"),
             SendError::Invalid(why) => format!("an answer that is not MCP ({why})"),
             SendError::TooLarge => "an answer over the size cap".into(),

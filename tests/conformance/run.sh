@@ -179,6 +179,9 @@ name = "fixture"
 command = ["$(realpath -s "$PY_LEGACY")", "$ROOT/tests/conformance/fixture/server.py", "--stdio"]
 max_processes = 16
 start_timeout_ms = 30000
+# Spawned ahead: a new session skips the interpreter's start (about 0.7 s here),
+# which the suite's stream windows (800 ms) do not leave room for.
+spare_processes = 2
 
 [[routes]]
 path = "/mcp"

@@ -266,7 +266,9 @@ impl Bridge {
         let end_minted = || {
             if let Some(id) = minted.clone() {
                 let (upstream, version) = (upstream.clone(), wire.version.clone());
-                tokio::spawn(async move { upstream.delete(&SessionWire { id: Some(id), version, owner: None }).await });
+                tokio::spawn(async move {
+                    upstream.delete(&SessionWire { id: Some(id), version, owner: None }).await
+                });
             }
         };
         let fits =

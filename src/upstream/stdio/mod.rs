@@ -32,7 +32,9 @@ use serde_json::Value;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::channel::{Answer, Channel, Messages, Pending, SendError, Sent, SessionWire, Stateless, StreamEnd};
+use super::channel::{
+    Answer, Channel, Messages, Pending, SendError, Sent, SessionWire, Stateless, StreamEnd,
+};
 use super::health::Health;
 use crate::config::{StdioCommand, Upstream};
 use crate::metrics::{InstanceLabels, Metrics, SpawnLabels, UpstreamNameLabels};
@@ -69,8 +71,11 @@ struct Inner {
 impl Stdio {
     pub fn new(fleet: Arc<Fleet>, upstream: Upstream, metrics: &Metrics, route: &str) -> Stdio {
         let instance = format!("stdio:{}", upstream.name);
-        let labels =
-            InstanceLabels { route: route.to_string(), upstream: upstream.name.clone(), instance: instance.clone() };
+        let labels = InstanceLabels {
+            route: route.to_string(),
+            upstream: upstream.name.clone(),
+            instance: instance.clone(),
+        };
         let health = Health::new(
             metrics.upstream_instance_up.get_or_create(&labels).clone(),
             route.to_string(),
@@ -98,17 +103,23 @@ impl Stdio {
         let bytes = |m: &Value| serde_json::to_vec(m).unwrap_or_default();
         let opened = self.send(&SessionWire::default(), &bytes(&init)).await;
         let found = async {
-            let sent = opened.map_err(|e| format!("could not start ({})", crate::upstream::map_send_error(e, false).reason()))?;
+            let sent = opened.map_err(|e| {
+                format!("could not start ({})", crate::upstream::map_send_error(e, false).reason())
+            })?;
             let (Answer::Json(answer), Some(id)) = (sent.answer, sent.session) else {
                 return Err("no answer to initialize".to_string());
             };
             let wire = SessionWire { id: Some(id), version: None, owner: None };
-            let version = answer.pointer("/result/protocolVersion").and_then(Value::as_str).unwrap_or("?").to_string();
+            let version =
+                answer.pointer("/result/protocolVersion").and_then(Value::as_str).unwrap_or("?").to_string();
             let initialized = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
             self.send(&wire, &bytes(&initialized)).await.map_err(|_| "gone after initialize".to_string())?;
             let list = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
-            let sent = self.send(&wire, &bytes(&list)).await.map_err(|_| "gone after initialize".to_string())?;
-            let Answer::Stream(mut stream) = sent.answer else { return Err("no answer to tools/list".into()) };
+            let sent =
+                self.send(&wire, &bytes(&list)).await.map_err(|_| "gone after initialize".to_string())?;
+            let Answer::Stream(mut stream) = sent.answer else {
+                return Err("no answer to tools/list".into());
+            };
             let listed = loop {
                 let next = tokio::time::timeout(upstream.response_timeout, stream.next()).await;
                 match next {
@@ -117,9 +128,10 @@ impl Stdio {
                     _ => return Err("no answer to tools/list".into()),
                 }
             };
-            let tools: Vec<&str> = (listed.pointer("/result/tools").and_then(Value::as_array).into_iter().flatten())
-                .filter_map(|t| t.get("name").and_then(Value::as_str))
-                .collect();
+            let tools: Vec<&str> =
+                (listed.pointer("/result/tools").and_then(Value::as_array).into_iter().flatten())
+                    .filter_map(|t| t.get("name").and_then(Value::as_str))
+                    .collect();
             self.close(&wire).await;
             Ok(format!("legacy over stdio (protocol {version}), {} tools: {}", tools.len(), tools.join(", ")))
         }
@@ -189,7 +201,11 @@ impl Stdio {
 }
 
 impl Channel for Stdio {
-    fn send<'a>(&'a self, session: &'a SessionWire, message: &'a [u8]) -> Pending<'a, Result<Sent, SendError>> {
+    fn send<'a>(
+        &'a self,
+        session: &'a SessionWire,
+        message: &'a [u8],
+    ) -> Pending<'a, Result<Sent, SendError>> {
         Box::pin(self.write(session, message, false))
     }
 
@@ -466,7 +482,10 @@ impl Fleet {
     ) -> Arc<Fleet> {
         let name: Arc<str> = upstream.name.as_str().into();
         let count = |outcome: &'static str| {
-            metrics.stdio_spawns.get_or_create(&SpawnLabels { upstream: upstream.name.clone(), outcome }).clone()
+            metrics
+                .stdio_spawns
+                .get_or_create(&SpawnLabels { upstream: upstream.name.clone(), outcome })
+                .clone()
         };
         let spawns = SpawnCounts {
             started: count("started"),
@@ -476,7 +495,10 @@ impl Fleet {
             refused: count("refused"),
             backoff: count("backoff"),
         };
-        let gauge = metrics.stdio_processes.get_or_create(&UpstreamNameLabels { upstream: upstream.name.clone() }).clone();
+        let gauge = metrics
+            .stdio_processes
+            .get_or_create(&UpstreamNameLabels { upstream: upstream.name.clone() })
+            .clone();
         let fleet = Arc::new(Fleet {
             name,
             places: Arc::new(Semaphore::new(command.max_processes)),
@@ -502,8 +524,17 @@ impl Fleet {
     }
 
     /// Whether this fleet runs `command` with `env` (a reload keeps it then).
-    pub fn runs(&self, command: &StdioCommand, env: &[(String, String)], max_line: usize, share: usize) -> bool {
-        *self.command == *command && self.env == env && self.max_line == max_line && self.share == share.max(1)
+    pub fn runs(
+        &self,
+        command: &StdioCommand,
+        env: &[(String, String)],
+        max_line: usize,
+        share: usize,
+    ) -> bool {
+        *self.command == *command
+            && self.env == env
+            && self.max_line == max_line
+            && self.share == share.max(1)
     }
 
     fn family(&self, id: &str) -> Option<Arc<Family>> {
@@ -511,7 +542,12 @@ impl Fleet {
     }
 
     /// Opens a session: a process (a spare, or a new one) answers `init`.
-    async fn open(self: &Arc<Self>, init: &[u8], msg: &Value, owner: Option<Arc<str>>) -> Result<Sent, SendError> {
+    async fn open(
+        self: &Arc<Self>,
+        init: &[u8],
+        msg: &Value,
+        owner: Option<Arc<str>>,
+    ) -> Result<Sent, SendError> {
         if self.retired.load(Ordering::Acquire) {
             return Err(SendError::NotSent);
         }
@@ -534,7 +570,11 @@ impl Fleet {
     }
 
     /// A process for `family`, initialized as its first was.
-    async fn start_for(self: &Arc<Self>, family: &Family, deadline: Instant) -> Result<Arc<Process>, SendError> {
+    async fn start_for(
+        self: &Arc<Self>,
+        family: &Family,
+        deadline: Instant,
+    ) -> Result<Arc<Process>, SendError> {
         let (process, _) = self.start(family, deadline).await?;
         if family.initialized.load(Ordering::Acquire) {
             let note = br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
@@ -544,7 +584,11 @@ impl Fleet {
     }
 
     /// A process that has answered `family`'s `initialize`, and its answer.
-    async fn start(self: &Arc<Self>, family: &Family, deadline: Instant) -> Result<(Arc<Process>, Value), SendError> {
+    async fn start(
+        self: &Arc<Self>,
+        family: &Family,
+        deadline: Instant,
+    ) -> Result<(Arc<Process>, Value), SendError> {
         // Until the command has started once (since it last failed), one start at a time.
         let proven = || self.starts.lock().expect("starts lock").proven;
         let _probe = match proven() {
@@ -572,13 +616,16 @@ impl Fleet {
         let until = began + self.command.start_timeout;
         let answer = match tokio::time::timeout_at(until, rx.recv()).await {
             Err(_) => {
-                let e = self.failed(&process, &self.spawns.start_timeout, "did not answer initialize in time");
+                let e =
+                    self.failed(&process, &self.spawns.start_timeout, "did not answer initialize in time");
                 return Err(match e {
                     SendError::Start { .. } => SendError::Start { timed_out: true },
                     other => other,
                 });
             }
-            Ok(None) => return Err(self.failed(&process, &self.spawns.exited, "exited before answering initialize")),
+            Ok(None) => {
+                return Err(self.failed(&process, &self.spawns.exited, "exited before answering initialize"))
+            }
             Ok(Some((answer, size))) => {
                 process.taken(size);
                 answer
@@ -598,7 +645,10 @@ impl Fleet {
             let mut starts = self.starts.lock().expect("starts lock");
             (starts.proven, starts.not_before) = (true, None);
         }
-        self.top_up();
+        // Off the call's path, and off the async workers: spawning blocks
+        // the thread until the child has started its program.
+        let fleet = self.clone();
+        tokio::task::spawn_blocking(move || fleet.top_up());
         Ok((starting.done(), answer))
     }
 
@@ -646,7 +696,8 @@ impl Fleet {
         let mut starts = self.starts.lock().expect("starts lock");
         starts.failures = starts.failures.saturating_add(1);
         starts.proven = false;
-        let delay = BACKOFF_FIRST.saturating_mul(1 << starts.failures.saturating_sub(1).min(6)).min(BACKOFF_MAX);
+        let delay =
+            BACKOFF_FIRST.saturating_mul(1 << starts.failures.saturating_sub(1).min(6)).min(BACKOFF_MAX);
         starts.not_before = Some(Instant::now() + delay);
         delay
     }
@@ -682,7 +733,11 @@ impl Fleet {
 
     /// Spawns a process once a place is free (stopping an idle one to make
     /// room), waiting until `deadline` at most.
-    async fn spawn(self: &Arc<Self>, deadline: Instant, owner: Option<Arc<str>>) -> Result<Arc<Process>, SendError> {
+    async fn spawn(
+        self: &Arc<Self>,
+        deadline: Instant,
+        owner: Option<Arc<str>>,
+    ) -> Result<Arc<Process>, SendError> {
         // The caller's own share first: one of its idle processes makes room,
         // or one of its calls ends; else 429.
         if let Some(o) = &owner {
@@ -797,7 +852,12 @@ impl Fleet {
                     let (log, dropped) = process.log_limit.lock().unwrap_or_else(|e| e.into_inner()).allow();
                     if log {
                         let data = msg.pointer("/params/data").map(Value::to_string).unwrap_or_default();
-                        let cut = data.char_indices().map(|(i, _)| i).take_while(|i| *i <= 2048).last().unwrap_or(0);
+                        let cut = data
+                            .char_indices()
+                            .map(|(i, _)| i)
+                            .take_while(|i| *i <= 2048)
+                            .last()
+                            .unwrap_or(0);
                         let data = if data.len() > 2048 { &data[..cut] } else { &data[..] };
                         tracing::info!(upstream = %self.name, pid = process.pid, level,
                             dropped_before = dropped.unwrap_or(0), "upstream log: {data}");

@@ -384,7 +384,9 @@ impl Process {
                 self.queued.fetch_add(size, AcqRel);
                 Ok(())
             }
-            Err(mpsc::error::TrySendError::Full((msg, _)) | mpsc::error::TrySendError::Closed((msg, _))) => Err(msg),
+            Err(mpsc::error::TrySendError::Full((msg, _)) | mpsc::error::TrySendError::Closed((msg, _))) => {
+                Err(msg)
+            }
         };
         let mut links = lock(&self.links);
         let method = msg.get("method").and_then(Value::as_str);
@@ -408,7 +410,9 @@ impl Process {
                 Ok(None)
             }
             (Some("notifications/progress"), None) => {
-                let Some(token) = msg.pointer("/params/progressToken").map(Value::to_string) else { return Ok(None) };
+                let Some(token) = msg.pointer("/params/progressToken").map(Value::to_string) else {
+                    return Ok(None);
+                };
                 let Some(request) = links.tokens.get(&token).copied() else { return Ok(None) };
                 if let Some(sink) = links.requests.get(&request) {
                     let _ = sent(sink, msg);
@@ -425,7 +429,9 @@ impl Process {
                 let lone = (links.requests.len() == 1).then(|| links.requests.values().next()).flatten();
                 let held = links.alone.and_then(|a| links.requests.get(&a));
                 let to = held.or(lone).or(links.own.as_ref()).cloned();
-                let Some(sink) = to.filter(|s| !s.is_closed()) else { return Ok(Some(unlinked(msg, id, &method))) };
+                let Some(sink) = to.filter(|s| !s.is_closed()) else {
+                    return Ok(Some(unlinked(msg, id, &method)));
+                };
                 let mut msg = msg;
                 // A question gets an id of the gateway's: its answer comes
                 // back through the session, which finds the process by it.
@@ -654,7 +660,11 @@ enum LineError {
 
 /// Reads one line (without its newline) into `line`, at most `cap` bytes:
 /// `Ok(false)` at the end of the stream.
-async fn read_line<R: AsyncBufRead + Unpin>(r: &mut R, line: &mut Vec<u8>, cap: usize) -> Result<bool, LineError> {
+async fn read_line<R: AsyncBufRead + Unpin>(
+    r: &mut R,
+    line: &mut Vec<u8>,
+    cap: usize,
+) -> Result<bool, LineError> {
     line.clear();
     loop {
         let available = r.fill_buf().await.map_err(|_| LineError::Io)?;
