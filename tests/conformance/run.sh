@@ -181,7 +181,7 @@ max_processes = 16
 start_timeout_ms = 30000
 # Spawned ahead: a new session skips the interpreter's start (about 0.7 s here),
 # which the suite's stream windows (800 ms) do not leave room for.
-spare_processes = 2
+spare_processes = 6
 
 [[routes]]
 path = "/mcp"
