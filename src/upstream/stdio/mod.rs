@@ -708,8 +708,10 @@ impl Fleet {
         if owner.is_some_and(|o| self.owned_by(o) >= self.per_owner()) {
             return None;
         }
+        // The oldest first: it has had the longest to start its program.
         let mut spares = self.spares.lock().expect("spares lock");
-        while let Some(p) = spares.pop() {
+        while !spares.is_empty() {
+            let p = spares.remove(0);
             if !p.is_ended() && !p.stop_asked() {
                 p.claim(owner);
                 return Some(p);
