@@ -24,8 +24,9 @@
 #        wire). The 2026-07-28 set is not run against it (the pass-through, as run 4).
 #   stdio   the same legacy fixture over stdio (`server.py --stdio`), spawned and pooled by
 #           the gateway (a config with `command = [...]`; DESIGN §12):
-#     7. --requirements 2026-07-28 (modern clients served from its processes), against the
-#        same baseline as run 1 (tests/conformance/expected-failures.yml): the same score;
+#     7. --requirements 2026-07-28 (modern clients served from its processes), baseline
+#        tests/conformance/expected-failures-stdio.yml: run 1's, and server-stateless's two
+#        list-changed checks (a change made on one process is not seen by another's listen);
 #     8. --requirements 2025-11-25 (legacy clients, translated: a stdio route never relays
 #        them), baseline tests/conformance/expected-failures-stdio-2025-11-25.yml (each
 #        entry says which per-session state the translation does not carry).
@@ -402,7 +403,7 @@ for upstream in $UPSTREAMS; do
       modern:2026-07-28) baseline="$ROOT/tests/conformance/expected-failures-modern-upstream.yml" ;;
       modern:*) baseline="$ROOT/tests/conformance/expected-failures-modern-upstream-$revision.yml" ;;
       modern-only:*) baseline="$ROOT/tests/conformance/expected-failures-modern-only-$revision.yml" ;;
-      stdio:2026-07-28) baseline="$BASELINE" ;;
+      stdio:2026-07-28) baseline="$ROOT/tests/conformance/expected-failures-stdio.yml" ;;
       stdio:*) baseline="$ROOT/tests/conformance/expected-failures-stdio-$revision.yml" ;;
     esac
     before=$(counts "$GATEWAY_PORT") || fail "cannot read the gateway's /metrics"
