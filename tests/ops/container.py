@@ -127,7 +127,9 @@ for ins in instructions:
     elif word == "COPY" and "--from" not in rest:
         for src in rest.split()[:-1]:
             check(os.path.exists(os.path.join(ROOT, src)), f"Dockerfile COPY {src}: no such file")
-check(entrypoint == ["sessionless"], "Dockerfile ENTRYPOINT is the binary")
+# tini as PID 1 (it reaps what a stdio upstream leaves re-parented), then the binary.
+check(entrypoint == ["/usr/bin/tini", "--", "sessionless"], "Dockerfile ENTRYPOINT is tini, then the binary")
+check(any(i.startswith("RUN ") and "tini" in i for i in instructions), "Dockerfile installs tini")
 check_argv(cmd, "Dockerfile CMD")
 check(healthcheck is not None and healthcheck[0] == "sessionless", "Dockerfile HEALTHCHECK runs the binary")
 if healthcheck:
