@@ -25,6 +25,7 @@
 #   BENCH_ONLY=auth bench/run.sh       # an open route beside an API-key and a JWT route (~2 min at 5 reps)
 #   BENCH_ONLY=streams bench/run.sh    # memory per held stream, 5,000 of each kind (~2 min)
 #   BENCH_ONLY=federation bench/run.sh # a federated route of three members beside a single upstream (~2 min at 5 reps)
+#   BENCH_ONLY=stdio bench/run.sh      # a stdio upstream beside the same server over HTTP, and cold spawns (~3 min at 5 reps)
 #
 # Knobs (environment): BENCH_REPS (5) repetitions of every load cell,
 # BENCH_DURATION (3) measured seconds per cell, BENCH_WARMUP (1),
@@ -42,10 +43,15 @@
 # (open, api_key and jwt routes of one gateway), mrtr, memory, streams
 # (memory per held stream, in front of the fast upstream), federation
 # (tools/list and a call on a route of three members, beside the same on a
-# route of one upstream, in front of the fast upstream), criterion,
-# CARGO_TARGET_DIR (default: target/). Needs: cargo, curl, nginx (installed
-# with apt-get when missing and running as root), openssl (the JWT), strace
-# (part syscalls).
+# route of one upstream, in front of the fast upstream), stdio (the fast
+# upstream as a stdio upstream, `--stdio`, beside the same server over HTTP,
+# through one gateway; and calls on a new session, each a new principal, so
+# on stdio a process spawned and initialized, beside warm calls, without and
+# with a spare process), criterion; BENCH_STDIO_COLD (20) cold calls per
+# repetition and route of part stdio, BENCH_STDIO_PAUSE_MS (100) ms of quiet
+# before each; CARGO_TARGET_DIR (default: target/). Needs: cargo, curl,
+# nginx (installed with apt-get when missing and running as root), openssl
+# (the JWT), strace (part syscalls).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -58,9 +64,11 @@ PRINCIPALS=${BENCH_PRINCIPALS:-1000}
 STREAMS=${BENCH_STREAMS:-5000}
 STREAMS_HOLD=${BENCH_STREAMS_HOLD:-8}
 THREADS=${BENCH_LOADGEN_THREADS:-1}
+STDIO_COLD=${BENCH_STDIO_COLD:-20}
+STDIO_PAUSE_MS=${BENCH_STDIO_PAUSE_MS:-100}
 CONCURRENCY=(1 8 32)
 ONLY=${BENCH_ONLY:-}
-PARTS=(fast syscalls echo legacy modern auth mrtr memory streams federation criterion)
+PARTS=(fast syscalls echo legacy modern auth mrtr memory streams federation stdio criterion)
 want() { [[ -z $ONLY || ",$ONLY," == *",$1,"* ]]; }
 for part in ${ONLY//,/ }; do
     [[ " ${PARTS[*]} " == *" $part "* ]] || { echo "BENCH_ONLY: unknown part '$part' (${PARTS[*]})" >&2; exit 2; }
@@ -247,8 +255,9 @@ metric() { # $1 port, $2 metric name prefix → first value
 
 # Runs the load generator with a time bound; appends its JSON line to the
 # results, with the CPU time the proxy under test (PROXY_PIDS) and the upstream
-# (LOAD_UPSTREAM_PID, default UPSTREAM_PID) spent per request (warm-up
-# included on both sides of the division).
+# (LOAD_UPSTREAM_PID, default UPSTREAM_PID; a space-separated list for the
+# processes of a stdio upstream) spent per request (warm-up included on both
+# sides of the division).
 PROXY_PIDS=""
 LOAD_UPSTREAM_PID=""
 load() { # mode addr label rep concurrency [extra args…]
@@ -256,14 +265,16 @@ load() { # mode addr label rep concurrency [extra args…]
     shift 5
     local line pu0 ps0 uu0 us0 pu1 ps1 uu1 us1 all up=${LOAD_UPSTREAM_PID:-$UPSTREAM_PID}
     read -r pu0 ps0 < <(cpu_ticks $PROXY_PIDS)
-    read -r uu0 us0 < <(cpu_ticks "$up")
+    # shellcheck disable=SC2086 # one pid or several
+    read -r uu0 us0 < <(cpu_ticks $up)
     line=$(timeout $((DURATION + WARMUP + 120)) "$LOADGEN" "$mode" --addr "$addr" -c "$c" \
         -d "$DURATION" --warmup "$WARMUP" --threads "${LOAD_THREADS:-$THREADS}" --label "$label" --rep "$rep" "$@") || {
         log "loadgen $mode $label c=$c failed"
         line="{\"kind\":\"load\",\"label\":\"$label\",\"rep\":$rep,\"mode\":\"$mode\",\"concurrency\":$c,\"requests\":0,\"errors\":1,\"rps\":0,\"first_error\":\"loadgen failed\"}"
     }
     read -r pu1 ps1 < <(cpu_ticks $PROXY_PIDS)
-    read -r uu1 us1 < <(cpu_ticks "$up")
+    # shellcheck disable=SC2086
+    read -r uu1 us1 < <(cpu_ticks $up)
     all=$(field "$line" all_requests)
     if [[ ${all:-0} -gt 0 ]]; then
         line="${line%\}},\"proxy_cpu_us\":$(per_req $((pu1 - pu0 + ps1 - ps0)) "$all"),\"proxy_user_us\":$(per_req $((pu1 - pu0)) "$all"),\"proxy_sys_us\":$(per_req $((ps1 - ps0)) "$all"),\"upstream_cpu_us\":$(per_req $((uu1 - uu0 + us1 - us0)) "$all")}"
@@ -839,6 +850,113 @@ if want federation; then
     LOAD_UPSTREAM_PID="" PROXY_PIDS=""
     stop "$FED_GATEWAY_PID"
     stop "$FED_UPSTREAM_PID"
+fi
+
+# --- 5c. a stdio upstream beside the same server over HTTP; cold spawns -------
+# One gateway, three routes onto examples/fast_upstream.rs: /mcp-http (the
+# server over HTTP, legacy), /mcp-stdio (the same program with `--stdio`, a
+# stdio upstream: spawned by the gateway, legacy by default) and
+# /mcp-stdio-spare (the same with `spare_processes = 1`). Load cells: a 2026
+# client's tools/call echo at c=1, 8, 32, HTTP and stdio (which goes first
+# alternates with the repetition)
+# (one anonymous caller: one pooled session, on stdio one process shared by
+# every call). Then, each repetition, `loadgen cold` on each route (rotating
+# order): STDIO_COLD calls, each with a bearer token of its own (a new
+# principal: a new upstream session, on stdio a process spawned and
+# initialized), each beside a warm call. `max_processes` leaves room for
+# every cold process of the run (idle ones are stopped only after the
+# default 300 s), so no call waits for one to be stopped.
+if want stdio; then
+    [[ -x $FAST ]] || { echo "missing $FAST (cargo build --release --example fast_upstream)" >&2; exit 1; }
+    start_fast legacy
+    STDIO_HTTP_PID=$FAST_PID
+    STDIO_DIR=$OUT/stdio
+    mkdir -p "$STDIO_DIR"
+    room=$((STDIO_COLD * REPS + 16))
+    cat >"$STDIO_DIR/gateway.toml" <<EOF
+[server]
+listen = "127.0.0.1:0"
+
+[[upstreams]]
+name = "fast-http"
+url = "http://127.0.0.1:$FAST_PORT/mcp"
+generation = "legacy"
+
+[[upstreams]]
+name = "fast-stdio"
+command = ["$FAST", "--stdio"]
+max_processes = $room
+
+[[upstreams]]
+name = "fast-stdio-spare"
+command = ["$FAST", "--stdio"]
+max_processes = $room
+spare_processes = 1
+
+[[routes]]
+path = "/mcp-http"
+upstream = "fast-http"
+
+[[routes]]
+path = "/mcp-stdio"
+upstream = "fast-stdio"
+
+[[routes]]
+path = "/mcp-stdio-spare"
+upstream = "fast-stdio-spare"
+
+# A session per cold principal.
+[pool]
+max_sessions = $((3 * room + 64))
+EOF
+    start_gateway gateway-stdio "$STDIO_DIR/gateway.toml"
+    STDIO_GATEWAY_PID=$GATEWAY_PID STDIO_GW=127.0.0.1:$GATEWAY_PORT
+    # The warm processes (and the pooled HTTP session) opened before any cell,
+    # so that each cell's upstream CPU covers the process that serves it.
+    for path in /mcp-http /mcp-stdio; do
+        timeout 30 "$LOADGEN" modern --addr "$STDIO_GW" --path "$path" -c 1 -d 0.2 --warmup 0 >/dev/null ||
+            { echo "part stdio: no echo through $path (see $OUT/gateway-stdio.log)" >&2; exit 1; }
+    done
+    # The gateway's children: its stdio processes (the serving one, and idle
+    # ones that cost nothing while the cells run).
+    gateway_children() { cat "/proc/$STDIO_GATEWAY_PID"/task/*/children 2>/dev/null | tr -s ' \n' ' '; }
+    log "stdio: fast upstream pid $STDIO_HTTP_PID over HTTP, sessionless $STDIO_GW (routes /mcp-http, /mcp-stdio, /mcp-stdio-spare), stdio processes: $(gateway_children)"
+    PROXY_PIDS=$STDIO_GATEWAY_PID
+    for rep in $(seq "$REPS"); do
+        for c in "${CONCURRENCY[@]}"; do
+            cells=(http stdio)
+            shift_by=$(((rep - 1) % 2))
+            for cell in "${cells[@]:$shift_by}" "${cells[@]:0:$shift_by}"; do
+                case $cell in
+                http) LOAD_UPSTREAM_PID=$STDIO_HTTP_PID line=$(load modern "$STDIO_GW" "stdio-$cell" "$rep" "$c" --path /mcp-http) ;;
+                stdio) LOAD_UPSTREAM_PID=$(gateway_children) line=$(load modern "$STDIO_GW" "stdio-$cell" "$rep" "$c" --path /mcp-stdio) ;;
+                esac
+                log "rep $rep c=$c stdio $cell: $(field "$line" rps) req/s, p50 $(field "$line" p50_us) µs, errors $(field "$line" errors), gateway CPU $(field "$line" proxy_cpu_us) µs/req, upstream CPU $(field "$line" upstream_cpu_us) µs/req"
+            done
+        done
+        cells=(cold-http cold cold-spare)
+        shift_by=$(((rep - 1) % 3))
+        for cell in "${cells[@]:$shift_by}" "${cells[@]:0:$shift_by}"; do
+            case $cell in
+            cold-http) path=/mcp-http ;;
+            cold) path=/mcp-stdio ;;
+            cold-spare) path=/mcp-stdio-spare ;;
+            esac
+            line=$(timeout $((STDIO_COLD * (2 * STDIO_PAUSE_MS + 5000) / 1000 + 60)) "$LOADGEN" cold --addr "$STDIO_GW" \
+                --path "$path" --count "$STDIO_COLD" --pause-ms "$STDIO_PAUSE_MS" --label "stdio-$cell" --rep "$rep") || {
+                log "loadgen cold $path failed"
+                line="{\"kind\":\"cold\",\"label\":\"stdio-$cell\",\"rep\":$rep,\"cold_calls\":0,\"errors\":1,\"first_error\":\"loadgen failed\"}"
+            }
+            echo "$line" >>"$RESULTS"
+            log "rep $rep stdio $cell ($path): cold p50 $(field "$line" cold_p50_us) µs, warm p50 $(field "$line" warm_p50_us) µs, cold ÷ warm $(field "$line" cold_over_warm), errors $(field "$line" errors)"
+        done
+    done
+    PROXY_PIDS="" LOAD_UPSTREAM_PID=""
+    # What the gateway counted: every cold call on stdio a start of its own.
+    curl -s "http://$STDIO_GW/metrics" | grep '^sessionless_stdio' >"$STDIO_DIR/metrics.txt" || true
+    log "stdio: $(tr '\n' ';' <"$STDIO_DIR/metrics.txt")"
+    stop "$STDIO_GATEWAY_PID"
+    stop "$STDIO_HTTP_PID"
 fi
 
 # --- 6. criterion microbenchmarks (quiet machine) ---------------------------

@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! fast_upstream [--listen 127.0.0.1:0] [--generation legacy|modern]
+//! fast_upstream --stdio
 //! ```
 //!
 //! No framework: one single-threaded tokio runtime, HTTP/1.1 keep-alive read
@@ -20,6 +21,13 @@
 //!   `tools/call echo` with `resultType: complete`; `subscriptions/listen`
 //!   answers an SSE stream that acknowledges the filter and then stays open
 //!   and quiet; `initialize` is refused with -32022 (a 2026-only server).
+//!
+//! - `--stdio`: the `legacy` server as a program on stdin/stdout (a stdio
+//!   upstream's `command`): one JSON-RPC message per line each way, the
+//!   same answers as over HTTP (the same code writes them), one `write_all`
+//!   per answer; no session id (the process is the session); it ends when
+//!   stdin does. It logs to stderr only. `bench/run.sh` part `stdio` sets it
+//!   beside the same server over HTTP, so that only the transport differs.
 //!
 //! A held stream (chunked `text/event-stream`) lasts until the peer closes
 //! the connection: it is what `bench/run.sh` part `streams` holds by the
@@ -85,6 +93,7 @@ fn main() {
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
+            "--stdio" if args.len() == 1 => return stdio(),
             "--listen" => listen = it.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()),
             "--generation" => {
                 generation = match it.next().map(String::as_str) {
@@ -117,8 +126,52 @@ fn main() {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: fast_upstream [--listen 127.0.0.1:0] [--generation legacy|modern]");
+    eprintln!("usage: fast_upstream [--listen 127.0.0.1:0] [--generation legacy|modern]\n       fast_upstream --stdio");
     std::process::exit(2)
+}
+
+/// `--stdio`: the legacy server on stdin/stdout, one message per line.
+/// Blocking and single-threaded, like the HTTP server's one thread: a line
+/// is read, answered with one `write_all` (and flush), and the next read.
+fn stdio() {
+    use std::io::{BufRead, Write};
+    eprintln!("fast upstream (legacy) on stdin/stdout");
+    let mut input = std::io::stdin().lock();
+    let mut output = std::io::stdout().lock();
+    let mut line: Vec<u8> = Vec::with_capacity(8192);
+    let mut out: Vec<u8> = Vec::with_capacity(1024);
+    loop {
+        line.clear();
+        match input.read_until(b'\n', &mut line) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!("fast upstream: stdin: {e}");
+                return;
+            }
+        }
+        let body = line.trim_ascii();
+        if body.is_empty() {
+            continue;
+        }
+        if body.len() > MAX_BODY {
+            eprintln!("fast upstream: a line of {} bytes, over {MAX_BODY}: ignored", body.len());
+            continue;
+        }
+        out.clear();
+        match serde_json::from_slice::<Envelope>(body) {
+            Err(_) => out.extend_from_slice(PARSE_ERROR),
+            // A notification (or a response to a server request): nothing to answer.
+            Ok(Envelope { id: None, .. }) => continue,
+            Ok(Envelope { id: Some(id), method, params }) => {
+                out.extend_from_slice(legacy_answer(method, id, params.unwrap_or_default()).as_bytes())
+            }
+        }
+        out.push(b'\n');
+        if output.write_all(&out).and_then(|()| output.flush()).is_err() {
+            return;
+        }
+    }
 }
 
 /// One keep-alive connection: requests read one after another until the
@@ -241,27 +294,39 @@ impl Server {
     }
 
     fn legacy(&self, method: &str, id: &RawValue, params: Params, session: Option<&str>, out: &mut Vec<u8>) {
+        let mut minted = None;
         if method == "initialize" {
             let n = self.next.get();
             self.next.set(n + 1);
             let sid = format!("fast-{n:016x}");
             self.sessions.borrow_mut().insert(sid.clone());
-            let result = r#"{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"fast-upstream","version":"1"}}"#;
-            return result_of(out, id, result, Some(&sid));
-        }
-        match session {
-            None => return respond(out, "400 Bad Request", None, Some("application/json"), NO_SESSION),
-            Some(s) if !self.sessions.borrow().contains(s) => {
-                return respond(out, "404 Not Found", None, Some("application/json"), UNKNOWN_SESSION)
+            minted = Some(sid);
+        } else {
+            match session {
+                None => return respond(out, "400 Bad Request", None, Some("application/json"), NO_SESSION),
+                Some(s) if !self.sessions.borrow().contains(s) => {
+                    return respond(out, "404 Not Found", None, Some("application/json"), UNKNOWN_SESSION)
+                }
+                Some(_) => {}
             }
-            Some(_) => {}
         }
-        match method {
-            "tools/call" => tool_call(out, id, params, ""),
-            "tools/list" => result_of(out, id, TOOLS, None),
-            "ping" => result_of(out, id, "{}", None),
-            _ => error_of(out, id, -32601, "Method not found"),
-        }
+        let body = legacy_answer(method, id, params);
+        respond(out, "200 OK", minted.as_deref(), Some("application/json"), body.as_bytes());
+    }
+}
+
+/// A legacy (2025-11-25) request's answer, the JSON-RPC message alone: the
+/// same over HTTP (once the session is checked) and over stdio.
+fn legacy_answer(method: &str, id: &RawValue, params: Params) -> String {
+    match method {
+        "initialize" => result_body(
+            id,
+            r#"{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"fast-upstream","version":"1"}}"#,
+        ),
+        "tools/call" => tool_call(id, params, ""),
+        "tools/list" => result_body(id, TOOLS),
+        "ping" => result_body(id, "{}"),
+        _ => error_body(id, -32601, "Method not found"),
     }
 }
 
@@ -271,12 +336,11 @@ fn modern(method: &str, id: &RawValue, params: Params, out: &mut Vec<u8>) {
             out,
             id,
             r#"{"resultType":"complete","supportedVersions":["2026-07-28"],"capabilities":{"tools":{}},"_meta":{"io.modelcontextprotocol/serverInfo":{"name":"fast-upstream","version":"1"}}}"#,
-            None,
         ),
-        "tools/call" => tool_call(out, id, params, r#","resultType":"complete""#),
+        "tools/call" => json_of(out, &tool_call(id, params, r#","resultType":"complete""#)),
         "tools/list" => {
             let result = format!(r#"{}{}"#, &TOOLS[..TOOLS.len() - 1], r#","resultType":"complete"}"#);
-            result_of(out, id, &result, None)
+            result_of(out, id, &result)
         }
         "initialize" => error_of(out, id, -32022, "Unsupported protocol version"),
         _ => error_of(out, id, -32601, "Method not found"),
@@ -290,14 +354,15 @@ const NO_SESSION: &[u8] =
 const UNKNOWN_SESSION: &[u8] =
     br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Session not found"}}"#;
 
-fn tool_call(out: &mut Vec<u8>, id: &RawValue, params: Params, extra: &str) {
+/// `tools/call`'s answer (`echo` only), the JSON-RPC message.
+fn tool_call(id: &RawValue, params: Params, extra: &str) -> String {
     if params.name != Some("echo") {
-        return error_of(out, id, -32602, "Unknown tool");
+        return error_body(id, -32602, "Unknown tool");
     }
     let text = params.arguments.and_then(|a| a.text).unwrap_or_default();
     let text = serde_json::to_string(&*text).unwrap_or_else(|_| "\"\"".into());
     let result = format!(r#"{{"content":[{{"type":"text","text":{text}}}]{extra}}}"#);
-    result_of(out, id, &result, None)
+    result_body(id, &result)
 }
 
 /// The head of a held SSE answer (chunked: it has no length).
@@ -321,15 +386,25 @@ fn listen(out: &mut Vec<u8>, id: &RawValue) {
     let _ = write!(out, "{:x}\r\n{event}\r\n", event.len());
 }
 
-fn result_of(out: &mut Vec<u8>, id: &RawValue, result: &str, session: Option<&str>) {
-    let body = format!(r#"{{"jsonrpc":"2.0","id":{},"result":{result}}}"#, id.get());
-    respond(out, "200 OK", session, Some("application/json"), body.as_bytes());
+fn result_body(id: &RawValue, result: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":{},"result":{result}}}"#, id.get())
+}
+
+fn error_body(id: &RawValue, code: i32, message: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":{},"error":{{"code":{code},"message":"{message}"}}}}"#, id.get())
+}
+
+/// A JSON-RPC message as a 200 answer.
+fn json_of(out: &mut Vec<u8>, body: &str) {
+    respond(out, "200 OK", None, Some("application/json"), body.as_bytes());
+}
+
+fn result_of(out: &mut Vec<u8>, id: &RawValue, result: &str) {
+    json_of(out, &result_body(id, result));
 }
 
 fn error_of(out: &mut Vec<u8>, id: &RawValue, code: i32, message: &str) {
-    let body =
-        format!(r#"{{"jsonrpc":"2.0","id":{},"error":{{"code":{code},"message":"{message}"}}}}"#, id.get());
-    respond(out, "200 OK", None, Some("application/json"), body.as_bytes());
+    json_of(out, &error_body(id, code, message));
 }
 
 fn respond(out: &mut Vec<u8>, status: &str, session: Option<&str>, content_type: Option<&str>, body: &[u8]) {

@@ -14,6 +14,11 @@
 //! loadgen mrtr       --addr HOST:PORT [-c N] [-d SECS] [--warmup SECS]   ask_user → input_required → retry; one sample = both
 //! loadgen park       --addr HOST:PORT --count N [-c N]                   N ask_user calls left parked (never retried)
 //! loadgen principals --addr HOST:PORT --count N [-c N] [--offset K]      N echo calls, each with its own bearer token
+//! loadgen cold       --addr HOST:PORT --count N [--pause-ms MS]          N cold echo calls (each a new bearer token, so a
+//!                                                                       new upstream session: on a stdio route a process
+//!                                                                       spawned and initialized), one at a time, each
+//!                                                                       beside a warm call (a token whose session is open);
+//!                                                                       MS (100) of quiet before each call
 //! loadgen streams    --addr HOST:PORT --kind get|listen --count N [-c N] [-d SECS]
 //!                                                                       N streams opened (c at a time), each on its own
 //!                                                                       connection, then held idle for d seconds
@@ -25,9 +30,11 @@
 //! ```
 //!
 //! Every load mode prints one JSON line (requests, errors, rps, p50/p99 in µs)
-//! with `--label` and `--rep` echoed, for `report` to aggregate. `streams`
-//! prints two: one as soon as every stream is open (or failed), while they
-//! are held, and one when they are let go (how many were still open).
+//! with `--label` and `--rep` echoed, for `report` to aggregate. `cold`
+//! prints one line of medians (cold, warm, their ratio) and every cold
+//! sample. `streams` prints two: one as soon as every stream is open (or
+//! failed), while they are held, and one when they are let go (how many were
+//! still open).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -55,6 +62,8 @@ enum Mode {
     Mrtr,
     Park,
     Principals,
+    /// Cold calls (a new principal each) beside warm ones, one at a time.
+    Cold,
     Streams,
 }
 
@@ -88,13 +97,15 @@ struct Opts {
     tool: String,
     /// Streams mode: what is held.
     kind: StreamKind,
+    /// Cold mode: the quiet before each call.
+    pause: Duration,
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: loadgen legacy|modern|list|mrtr|park|principals|streams --addr HOST:PORT [--path /mcp] \
+        "usage: loadgen legacy|modern|list|mrtr|park|principals|cold|streams --addr HOST:PORT [--path /mcp] \
          [-c N] [-d SECS] [--warmup SECS] [--count N] [--offset K] [--threads N] \
-         [--label NAME] [--rep N] [--bearer TOKEN] [--tool NAME] [--kind get|listen]\n       loadgen free-port\n       \
+         [--label NAME] [--rep N] [--bearer TOKEN] [--tool NAME] [--kind get|listen] [--pause-ms MS]\n       loadgen free-port\n       \
          loadgen report --results FILE.jsonl [--criterion DIR]"
     );
     std::process::exit(2)
@@ -124,7 +135,11 @@ fn main() {
                 }
                 return;
             }
-            match rt.block_on(run(opts)) {
+            let result = match opts.mode {
+                Mode::Cold => rt.block_on(cold(opts)),
+                _ => rt.block_on(run(opts)),
+            };
+            match result {
                 Ok(line) => println!("{line}"),
                 Err(e) => {
                     eprintln!("loadgen: {e}");
@@ -143,6 +158,7 @@ fn parse_opts(cmd: &str, rest: &[String]) -> Opts {
         "mrtr" => Mode::Mrtr,
         "park" => Mode::Park,
         "principals" => Mode::Principals,
+        "cold" => Mode::Cold,
         "streams" => Mode::Streams,
         _ => usage(),
     };
@@ -162,6 +178,7 @@ fn parse_opts(cmd: &str, rest: &[String]) -> Opts {
         bearer: None,
         tool: "echo".into(),
         kind: StreamKind::Get,
+        pause: Duration::from_millis(100),
     };
     let mut it = rest.iter();
     while let Some(flag) = it.next() {
@@ -180,6 +197,7 @@ fn parse_opts(cmd: &str, rest: &[String]) -> Opts {
             "--rep" => o.rep = val.parse().unwrap_or_else(|_| usage()),
             "--bearer" => o.bearer = Some(val.clone()),
             "--tool" => o.tool = val.clone(),
+            "--pause-ms" => o.pause = Duration::from_millis(val.parse().unwrap_or_else(|_| usage())),
             "--kind" => {
                 o.kind = match val.as_str() {
                     "get" => StreamKind::Get,
@@ -398,6 +416,7 @@ async fn once(o: &Opts, conn: &mut Conn, n: u64) -> Result<Sample, String> {
             }
         }
         Mode::Streams => unreachable!("streams::run"),
+        Mode::Cold => unreachable!("cold"),
         Mode::Mrtr | Mode::Park => {
             let caps = json!({"elicitation": {}});
             let args = json!({"question": "bench?"});
@@ -553,6 +572,75 @@ async fn run(mut o: Opts) -> Result<Value, String> {
         line["retry_p50_us"] = pct(&r, 0.5);
     }
     if let Some(e) = all.first_error {
+        line["first_error"] = json!(e.chars().take(300).collect::<String>());
+    }
+    Ok(line)
+}
+
+/// One 2026 `tools/call` carrying `token`, timed and checked.
+async fn timed_call(o: &Opts, conn: &mut Conn, n: u64, token: &str) -> Result<Duration, String> {
+    let body = modern_body(n, &o.tool, json!({"text": "hi"}), json!({}), None);
+    let req = modern_request(o, &o.tool, body, Some(token.to_string()));
+    let start = Instant::now();
+    let answer = conn.send(req).await?;
+    let took = start.elapsed();
+    modern_echo_ok(&answer)?;
+    Ok(took)
+}
+
+/// `loadgen cold`: what a call on a new session costs (on a stdio route, a
+/// process spawned and initialized first) beside a call on an open one.
+/// One connection (kept alive), one call at a time: a warm call (one
+/// principal, its session opened before the first sample), then a cold one
+/// (a principal of its own), each after `--pause-ms` of quiet, `--count`
+/// times. The tokens carry a nonce of the run, so no two runs share one.
+async fn cold(o: Opts) -> Result<Value, String> {
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+        ^ u64::from(std::process::id());
+    let mut conn = Conn::new(o.addr);
+    let warm_token = format!("warm-{nonce:x}");
+    // The warm principal's session opened (twice: the first call opens it).
+    for n in 0..2 {
+        timed_call(&o, &mut conn, n + 1, &warm_token).await.map_err(|e| format!("warm-up: {e}"))?;
+    }
+    let (mut cold, mut warm) = (Vec::new(), Vec::new());
+    let (mut errors, mut first_error) = (0u64, None);
+    for n in 0..o.count {
+        for is_cold in [false, true] {
+            tokio::time::sleep(o.pause).await;
+            let token = if is_cold { format!("cold-{nonce:x}-{n}") } else { warm_token.clone() };
+            match timed_call(&o, &mut conn, 2 * n + 3 + u64::from(is_cold), &token).await {
+                Ok(took) if is_cold => cold.push(micros(took)),
+                Ok(took) => warm.push(micros(took)),
+                Err(e) => {
+                    errors += 1;
+                    first_error.get_or_insert(format!("{} call: {e}", if is_cold { "cold" } else { "warm" }));
+                }
+            }
+        }
+    }
+    let samples = cold.clone();
+    cold.sort_unstable();
+    warm.sort_unstable();
+    // As the load modes take their p50.
+    let p50 =
+        |v: &[u32]| if v.is_empty() { None } else { Some(v[((v.len() - 1) as f64 * 0.5).round() as usize]) };
+    let ratio = match (p50(&cold), p50(&warm)) {
+        (Some(c), Some(w)) if w > 0 => json!(f64::from(c) / f64::from(w)),
+        _ => Value::Null,
+    };
+    let mut line = json!({
+        "kind": "cold", "label": o.label, "rep": o.rep, "path": o.path, "count": o.count,
+        "pause_ms": o.pause.as_millis() as u64,
+        "cold_calls": cold.len(), "warm_calls": warm.len(), "errors": errors,
+        "cold_p50_us": p50(&cold), "cold_min_us": cold.first(), "cold_max_us": cold.last(),
+        "warm_p50_us": p50(&warm), "warm_min_us": warm.first(), "warm_max_us": warm.last(),
+        "cold_over_warm": ratio, "cold_us": samples,
+    });
+    if let Some(e) = first_error {
         line["first_error"] = json!(e.chars().take(300).collect::<String>());
     }
     Ok(line)
@@ -1136,6 +1224,108 @@ mod report {
         }
     }
 
+    /// Part `stdio`: the same echo through the gateway to the fast server
+    /// as a stdio upstream and over HTTP (ratios per repetition, then the
+    /// median), and the cold calls (a new session each: on stdio, a process
+    /// spawned and initialized) beside warm ones.
+    fn stdio(s: &mut String, lines: &[Value]) {
+        let cells = ["stdio-http", "stdio-stdio"];
+        if lines.iter().any(|l| l["kind"] == "load" && l["label"] == cells[1]) {
+            let _ = writeln!(
+                s,
+                "\n### A stdio upstream beside the same server over HTTP (examples/fast_upstream.rs, `--stdio`; ratios per repetition, then the median)\n"
+            );
+            let _ = writeln!(
+                s,
+                "| c | HTTP req/s | stdio req/s | stdio ÷ HTTP | HTTP p50 µs | stdio p50 µs | stdio ÷ HTTP | gateway CPU µs/req HTTP / stdio | upstream CPU µs/req HTTP / stdio | errors |"
+            );
+            let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|---:|---|---|---:|");
+            for c in [1u64, 8, 32] {
+                let (h, t) = (by_rep(lines, cells[0], c), by_rep(lines, cells[1], c));
+                if t.is_empty() {
+                    continue;
+                }
+                let med =
+                    |m: &BTreeMap<u64, &Value>, k: &str| median(m.values().map(|l| num(l, k)).collect());
+                let ratio = |k: &str| {
+                    median(
+                        t.iter().filter_map(|(rep, a)| h.get(rep).map(|b| num(a, k) / num(b, k))).collect(),
+                    )
+                };
+                let errors: u64 = h.values().chain(t.values()).filter_map(|l| l["errors"].as_u64()).sum();
+                let _ = writeln!(
+                    s,
+                    "| {c} | {} | {} | {} | {} | {} | {} | {} / {} | {} / {} | {errors} |",
+                    f(med(&h, "rps"), 0),
+                    f(med(&t, "rps"), 0),
+                    f(ratio("rps"), 2),
+                    f(med(&h, "p50_us"), 0),
+                    f(med(&t, "p50_us"), 0),
+                    f(ratio("p50_us"), 2),
+                    f(med(&h, "proxy_cpu_us"), 1),
+                    f(med(&t, "proxy_cpu_us"), 1),
+                    f(med(&h, "upstream_cpu_us"), 1),
+                    f(med(&t, "upstream_cpu_us"), 1),
+                );
+            }
+        }
+        let cold: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "cold").collect();
+        if cold.is_empty() {
+            return;
+        }
+        let of = |label: &str| -> BTreeMap<u64, &Value> {
+            cold.iter()
+                .filter(|l| l["label"] == label)
+                .map(|l| (l["rep"].as_u64().unwrap_or(0), *l))
+                .collect()
+        };
+        let calls = cold.iter().filter_map(|l| l["count"].as_u64()).max().unwrap_or(0);
+        let reps =
+            cold.iter().filter_map(|l| l["rep"].as_u64()).collect::<std::collections::BTreeSet<_>>().len();
+        let _ = writeln!(
+            s,
+            "\n### A call on a new session (a new principal) beside a warm call, concurrency 1: the median of {calls} cold and {calls} warm calls per repetition, then the median over {reps} repetitions\n"
+        );
+        let _ = writeln!(
+            s,
+            "| route | cold p50 µs | warm p50 µs | cold ÷ warm | cold − warm µs | cold ÷ stdio cold (no spare) | cold calls | errors |"
+        );
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|");
+        let base = of("stdio-cold");
+        let rows = [
+            ("stdio-cold-http", "HTTP upstream (a new session: `initialize` over HTTP, no spawn)"),
+            ("stdio-cold", "stdio upstream, `spare_processes = 0` (a process spawned, then `initialize`)"),
+            (
+                "stdio-cold-spare",
+                "stdio upstream, `spare_processes = 1` (a spare claimed, then `initialize`)",
+            ),
+        ];
+        for (label, what) in rows {
+            let m = of(label);
+            if m.is_empty() {
+                continue;
+            }
+            let med = |k: &str| median(m.values().map(|l| num(l, k)).collect());
+            let per_rep = |op: fn(&Value, &Value) -> f64, other: &BTreeMap<u64, &Value>| {
+                median(m.iter().filter_map(|(rep, a)| other.get(rep).map(|b| op(a, b))).collect())
+            };
+            let cold_over_warm = median(m.values().map(|l| num(l, "cold_over_warm")).collect());
+            let added = median(m.values().map(|l| num(l, "cold_p50_us") - num(l, "warm_p50_us")).collect());
+            let over_base = per_rep(|a, b| num(a, "cold_p50_us") / num(b, "cold_p50_us"), &base);
+            let n: u64 = m.values().filter_map(|l| l["cold_calls"].as_u64()).sum();
+            let errors: u64 = m.values().filter_map(|l| l["errors"].as_u64()).sum();
+            let _ = writeln!(
+                s,
+                "| {what} | {} | {} | {} | {} | {} | {n} | {errors} |",
+                f(med("cold_p50_us"), 0),
+                f(med("warm_p50_us"), 0),
+                f(cold_over_warm, 1),
+                f(added, 0),
+                f(over_base, 2),
+            );
+        }
+    }
+
     fn render(lines: &[Value], crit: BTreeMap<String, f64>) -> String {
         let mut s = String::new();
         let reps = lines
@@ -1220,6 +1410,9 @@ mod report {
         }
         if has("fed-call-federated") || has("fed-list-federated") {
             federation(&mut s, lines);
+        }
+        if has("stdio-stdio") || lines.iter().any(|l| l["kind"] == "cold") {
+            stdio(&mut s, lines);
         }
 
         // MRTR

@@ -349,7 +349,11 @@ impl Error {
             Upstream { code, message, data } => (*code, message.clone(), data.clone()),
             UpstreamUnreachable | UpstreamRefused | UpstreamTimeout | UpstreamInvalid(_)
             | UpstreamTooLarge | OutcomeUnknown => {
-                (code::INTERNAL_ERROR, upstream_message(self).into(), Some(json!({"reason": self.reason()})))
+                let message = match self {
+                    UpstreamInvalid(why) => format!("{} ({why})", upstream_message(self)),
+                    _ => upstream_message(self).into(),
+                };
+                (code::INTERNAL_ERROR, message, Some(json!({"reason": self.reason()})))
             }
             ProcessStart { timed_out, upstream } => {
                 let name = upstream.as_deref().map(|n| format!(" `{n}`")).unwrap_or_default();

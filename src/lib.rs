@@ -104,27 +104,67 @@ impl Running {
 }
 
 /// Probes every route's upstream once (what `check-config --probe` prints):
-/// `(route, upstream name, URL, what it speaks)`; an error when an
-/// upstream's header value cannot be read.
-pub async fn probe_upstreams(config: &Config) -> Result<Vec<(String, String, String, String)>, String> {
+/// `(route, upstream name, URL or command, what it found and why, usable)`;
+/// an error when an upstream's header value cannot be read.
+pub async fn probe_upstreams(config: &Config) -> Result<Vec<ProbeReport>, String> {
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = metrics::Metrics::register(&mut registry);
     let targets = bridge::Targets::new(config, &metrics)?;
     let mut out = Vec::new();
     for t in targets.onto_upstreams() {
+        let (route, upstream) = (t.route.id.clone(), t.route.upstream.name.clone());
         if let (Some(stdio), Some(command)) = (t.stdio(), &t.route.upstream.stdio) {
-            let found = stdio.probe().await.unwrap_or_else(|why| format!("unusable: {why}"));
-            out.push((t.route.id.clone(), t.route.upstream.name.clone(), command.describe(), found));
+            let (found, usable) = match stdio.probe().await {
+                Ok(found) => (found, true),
+                Err(why) => (format!("unusable: {why}"), false),
+            };
+            out.push(ProbeReport { route, upstream, at: command.describe(), found, usable });
             continue;
         }
-        let found = match t.generation().await {
-            Ok(_) | Err(error::Error::UpstreamRefused) => t.detected.describe(),
-            Err(e) => format!("unreachable ({})", e.reason()),
+        let usable = matches!(t.generation().await, Ok(_) | Err(error::Error::UpstreamRefused));
+        let found = match usable {
+            true => t.detected.describe(),
+            false => match t.detected.describe() {
+                d if d.starts_with("unusable") => d,
+                _ => "unusable: unreachable".into(),
+            },
         };
         let urls: Vec<&str> = t.instances().iter().map(|i| i.instance()).collect();
-        out.push((t.route.id.clone(), t.route.upstream.name.clone(), urls.join(" "), found));
+        out.push(ProbeReport { route, upstream, at: urls.join(" "), found, usable });
     }
     Ok(out)
+}
+
+/// What `check-config --probe` found for one route's upstream.
+pub struct ProbeReport {
+    pub route: String,
+    pub upstream: String,
+    /// Its URLs, or its command.
+    pub at: String,
+    /// What it speaks, or why it cannot be used.
+    pub found: String,
+    /// Whether it answered as an MCP server.
+    pub usable: bool,
+}
+
+/// Binds `addr`; a failure says which address, why in words, and what to
+/// do (`setting`: where the address is chosen).
+async fn bind(addr: std::net::SocketAddr, setting: &str) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await.map_err(|e| {
+        let hint = match e.kind() {
+            std::io::ErrorKind::AddrInUse => {
+                format!("the address is in use (another program, or another sessionless, holds the port): stop it, or choose another address with {setting}")
+            }
+            std::io::ErrorKind::PermissionDenied => {
+                format!("permission denied (ports below 1024 need privileges): choose a port above 1024 with {setting}")
+            }
+            std::io::ErrorKind::AddrNotAvailable => {
+                format!("no network interface of this machine has that address: use 127.0.0.1, 0.0.0.0 or one of its own addresses with {setting}")
+            }
+            _ => format!("{e}"),
+        };
+        std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {hint}"))
+    })
 }
 
 /// How long shutdown waits for upstream sessions to be closed with `DELETE`.
@@ -143,10 +183,10 @@ pub async fn run_from(source: reload::Source) -> Result<Running, String> {
 }
 
 async fn start(config: Config, source: Option<reload::Source>) -> std::io::Result<Running> {
-    let listener = TcpListener::bind(config.listen).await?;
+    let listener = bind(config.listen, "--listen ADDR (or [server] listen)").await?;
     let addr = listener.local_addr()?;
     let internal = match &config.cluster {
-        Some(c) => Some(TcpListener::bind(c.internal_listen).await?),
+        Some(c) => Some(bind(c.internal_listen, "[cluster] internal_listen").await?),
         None => None,
     };
     let internal_addr = internal.as_ref().map(TcpListener::local_addr).transpose()?;

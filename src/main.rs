@@ -26,7 +26,7 @@ struct Cli {
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Address to listen on [default: 127.0.0.1:8080, or the file's server.listen].
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = sessionless::config::listen_address)]
     listen: Option<SocketAddr>,
     /// Log lines on stderr: `text`, or `json` (one object a line).
     #[arg(long, value_enum, env = "SESSIONLESS_LOG_FORMAT", default_value_t = LogFormat::Text, global = true)]
@@ -51,13 +51,13 @@ enum Command {
     /// Runs the gateway in front of a small built-in legacy MCP server, for a first try.
     Demo {
         /// Address for the gateway.
-        #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
+        #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN, value_parser = sessionless::config::listen_address)]
         listen: SocketAddr,
     },
     /// Runs only the built-in MCP server (endpoint /mcp): legacy by default.
     DemoUpstream {
         /// Address to listen on.
-        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9000")]
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9000", value_parser = sessionless::config::listen_address)]
         listen: SocketAddr,
         /// The protocol it speaks: legacy (2025 sessions) or modern (2026-07-28 only, stateless).
         #[arg(long, value_enum, default_value_t = DemoGeneration::Legacy)]
@@ -95,7 +95,20 @@ enum DemoGeneration {
     Modern,
 }
 
-fn main() -> anyhow::Result<()> {
+/// Errors are printed as one line of words (the cause chain joined), never
+/// with a backtrace, whatever `RUST_BACKTRACE` says: they are the user's to
+/// fix, not the program's.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sessionless: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     logging(cli.log_format, cli.access_log);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -125,8 +138,12 @@ fn main() -> anyhow::Result<()> {
                 let config = checked.file_only();
                 let found =
                     runtime.block_on(sessionless::probe_upstreams(config)).map_err(anyhow::Error::msg)?;
-                for (route, name, url, found) in found {
-                    println!("{route} -> {name} ({url}): {found}");
+                for r in &found {
+                    println!("{} -> {} ({}): {}", r.route, r.upstream, r.at, r.found);
+                }
+                let unusable = found.iter().filter(|r| !r.usable).count();
+                if unusable > 0 {
+                    bail!("{unusable} upstream(s) cannot be used (above: what each answered)");
                 }
             }
             Ok(())
@@ -222,8 +239,9 @@ async fn health(url: &str) -> anyhow::Result<http::StatusCode> {
 }
 
 async fn demo_upstream(listen: SocketAddr, generation: DemoGeneration) -> anyhow::Result<()> {
-    let listener =
-        tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot bind {listen}"))?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen} (choose another address with --listen ADDR)"))?;
     let addr = listener.local_addr()?;
     match generation {
         DemoGeneration::Legacy => {

@@ -141,3 +141,60 @@ async fn held_streams_stay_open_through_the_gateway() {
         assert!(listen.next_within(quiet).await.is_err(), "open, nothing more sent");
     }
 }
+
+/// `--stdio` (what `bench/run.sh` part `stdio` spawns): the legacy server on
+/// stdin/stdout, one message per line, with the same answers as over HTTP;
+/// notifications unanswered; it ends with its input.
+#[test]
+fn the_stdio_mode_answers_a_line_per_request() {
+    use std::io::Write;
+    let mut child = Command::new(binary())
+        .arg("--stdio")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the fast upstream starts");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut ask = |msg: Value| -> Option<Value> {
+        writeln!(stdin, "{msg}").unwrap();
+        stdin.flush().unwrap();
+        // A notification: no answer.
+        msg.get("id")?;
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        Some(serde_json::from_str(&line).unwrap())
+    };
+    let init = ask(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}))
+    .unwrap();
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
+    assert_eq!(ask(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})), None);
+    let call = json!({"jsonrpc": "2.0", "id": "c", "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "x\ny"}}});
+    assert_eq!(
+        ask(call).unwrap(),
+        json!({"jsonrpc": "2.0", "id": "c", "result": {"content": [{"type": "text", "text": "x\ny"}]}})
+    );
+    let list = ask(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"})).unwrap();
+    assert_eq!(list["result"]["tools"][0]["name"], "echo", "{list}");
+    let unknown = ask(json!({"jsonrpc": "2.0", "id": 4, "method": "nope"})).unwrap();
+    assert_eq!(unknown["error"]["code"], -32601, "{unknown}");
+    drop(stdin);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "ends with its input: {status}");
+}
+
+/// The same program as a stdio upstream: the gateway spawns it and serves
+/// a 2026 client's `echo` through it, as over HTTP.
+#[tokio::test]
+async fn the_gateway_serves_echo_through_the_stdio_mode() {
+    let toml = format!(
+        "[[upstreams]]\nname = \"fast\"\ncommand = [{:?}, \"--stdio\"]\n\n[[routes]]\npath = \"/mcp\"\nupstream = \"fast\"\n",
+        binary().to_str().unwrap()
+    );
+    let gw = Gateway::from_toml(&toml, "").await;
+    let result = echo_through(&gw).await;
+    assert_eq!(result["content"][0]["text"], "hi \"there\"", "{result}");
+    assert_eq!(result["resultType"], "complete", "{result}");
+}

@@ -182,7 +182,7 @@ fn urls_are_checked() {
     assert!(bad("urls = []").contains("non-empty"));
     assert!(bad("").contains("needs `url`"));
     assert!(bad("urls = [\"http://a/mcp\", \"http://a/mcp\"]").contains("listed twice"));
-    assert!(bad("urls = [\"http://a/mcp\", \"ftp://b/mcp\"]").contains("must be http"));
+    assert!(bad("urls = [\"http://a/mcp\", \"ftp://b/mcp\"]").contains("needs http:// or https://"));
     assert!(bad("urls = [\"http://user:secret@a/mcp\"]").contains("no credentials"));
     assert!(bad("urls = [\"http://a/mcp?api_key=secret\"]").contains("no query"));
     assert!(!bad("urls = [\"http://user:secret@a/mcp\"]").contains("secret"), "secrets are not echoed");

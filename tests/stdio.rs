@@ -709,7 +709,7 @@ async fn a_process_that_never_initializes_is_killed_at_the_start_timeout() {
 #[tokio::test]
 async fn an_idle_process_is_stopped() {
     let s = Scratch::new("idle");
-    let gw = gateway(&s.argv(&[]), "process_idle_timeout_ms = 300", "").await;
+    let gw = gateway(&s.argv(&[]), "process_idle_timeout_ms = 1000", "").await;
     let first = serving_pid(&gw, 1).await;
 
     assert_gone(&[first], Duration::from_secs(15), "the idle process").await;
@@ -1195,4 +1195,165 @@ async fn a_stdio_member_of_a_federated_route_serves_lists_calls_and_questions() 
         .await;
     let got = answer(&done, "the retry on the federated route");
     assert_eq!(got["answer"], ada(), "{got}");
+}
+
+// ---------------------------------------------------------------- a hostile or careless child, a caller who leaves
+
+/// A log line no call takes, whose data has a multibyte character across
+/// the log's cut: logged, and the process goes on serving.
+#[tokio::test]
+async fn a_log_line_cut_inside_a_character_does_not_break_the_process() {
+    let s = Scratch::new("multibyte");
+    let gw = gateway(&s.argv(&[]), "call_timeout_ms = 8000", "").await;
+    let first = serving_pid(&gw, 1).await;
+    let logged = tool(&gw, json!(2), "log", json!({"tag": "é".repeat(1500), "ms": 10})).send().await;
+    answer(&logged, "the call that logs");
+    assert_eq!(serving_pid(&gw, 3).await, first, "the same process serves on");
+}
+
+/// A client that leaves while a process is being started for its call:
+/// the process is stopped, not left in no session.
+#[tokio::test]
+async fn a_caller_that_leaves_during_a_start_leaves_no_process() {
+    let s = Scratch::new("hangup");
+    let gw = gateway(&s.argv(&["--init-delay-ms", "1500"]), "process_idle_timeout_ms = 1000", "").await;
+    let a = tool(&gw, json!("a"), "slow", json!({"ms": 4000})).log_level("info").send();
+    let b = async {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while s.spawned().is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(2000)).await;
+        let b = tool(&gw, json!("b"), "echo", json!({"text": "b"})).log_level("info");
+        gw.hang_up_after(b, Duration::from_millis(500)).await;
+    };
+    let (a, ()) = tokio::join!(a, b);
+    answer(&a, "a");
+    let spawned = s.spawned();
+    assert_eq!(spawned.len(), 2, "{spawned:?}");
+    assert_gone(&spawned, Duration::from_secs(10), "the idle process and the one whose caller left").await;
+}
+
+/// One principal whose calls each need a process of their own cannot hold
+/// every process: another principal is still served.
+#[tokio::test]
+async fn one_principal_cannot_hold_every_process() {
+    let s = Scratch::new("monopoly");
+    let gw = gateway(&s.argv(&[]), "max_processes = 3", "").await;
+    let holds = (0..3).map(|i| {
+        tool(&gw, json!(format!("a-{i}")), "slow", json!({"ms": 4000}))
+            .bearer("alice")
+            .log_level("info")
+            .send()
+    });
+    let holds = futures_util::future::join_all(holds);
+    let bob = async {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        tool(&gw, json!("bob"), "pid", json!({})).bearer("bob").send().await
+    };
+    let (holds, bob) = tokio::join!(holds, bob);
+    answer(&bob, "bob, beside alice's calls");
+    let refused = holds.iter().filter(|h| h.status == 429).count();
+    let served = holds.iter().filter(|h| h.status == 200).count();
+    assert!(
+        refused >= 1 && served >= 1,
+        "alice is held to her share: {}",
+        holds.iter().map(|h| h.raw.as_str()).collect::<Vec<_>>().join("\n")
+    );
+}
+
+/// A caller that leaves while its large request waits for a child that
+/// reads nothing: no half line is left for the next request, and the
+/// process goes idle (the leaver's request is not left linked).
+#[tokio::test]
+async fn a_caller_that_leaves_mid_write_leaves_no_half_line() {
+    let s = Scratch::new("midwrite");
+    let gw = gateway(&s.argv(&[]), "process_idle_timeout_ms = 1000\ncall_timeout_ms = 8000", "").await;
+    let first = serving_pid(&gw, 1).await;
+    let a = tool(&gw, json!("a"), "block_stdin", json!({"ms": 3000})).send();
+    let rest = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let big = "x".repeat(512 * 1024);
+        gw.hang_up_after(tool(&gw, json!("b"), "echo", json!({"text": big})), Duration::from_millis(800))
+            .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        tool(&gw, json!("c"), "echo", json!({"text": "c"})).send().await
+    };
+    let (a, c) = tokio::join!(a, rest);
+    answer(&a, "a");
+    let got = answer(&c, "c, after b's caller left mid-write");
+    assert_eq!(got["text"], "c", "{got}");
+    assert_gone(&[first], Duration::from_secs(10), "the process, idle once b's request is let go").await;
+}
+
+/// A child that writes requests no call can take as fast as it can, and
+/// reads nothing: the gateway's tasks stay bounded (the child is stopped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_requests_from_the_child_costs_bounded_tasks() {
+    let s = Scratch::new("reqflood");
+    let gw = gateway(&s.argv(&[]), "", "").await;
+    serving_pid(&gw, 1).await;
+    let handle = tokio::runtime::Handle::current();
+    let call = tool(&gw, json!(2), "flood_requests", json!({"n": 300000, "ms": 3000})).send();
+    let most = async {
+        let mut most = 0;
+        for _ in 0..8 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            most = most.max(handle.metrics().num_alive_tasks());
+        }
+        most
+    };
+    let (_, most) = tokio::join!(call, most);
+    assert!(most < 1000, "{most} tasks alive");
+}
+
+/// The server dies while a grandchild holds its stdout open: the exit is
+/// noticed, the call fails, and the next call gets a new process.
+#[tokio::test]
+async fn a_crash_is_noticed_while_a_grandchild_holds_stdout() {
+    let s = Scratch::new("gcrash");
+    let gw = gateway(&s.argv(&[]), "call_timeout_ms = 20000", "").await;
+    let first = serving_pid(&gw, 1).await;
+    let started = Instant::now();
+    let crashed = tool(&gw, json!(2), "crash_leaving_grandchild", json!({})).send().await;
+    assert!(crashed.status.is_server_error(), "{}", crashed.raw);
+    assert!(started.elapsed() < Duration::from_secs(10), "noticed at once, not at the call timeout");
+    let next = serving_pid(&gw, 3).await;
+    assert_ne!(next, first);
+    // The grandchild went with the group.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !group_members(first).is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(group_members(first), Vec::<i32>::new(), "the crashed server's group is gone");
+}
+
+/// The processes whose process group is `pgid`.
+fn group_members(pgid: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let pgrp = |pid: i32| -> Option<i32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(')')?.1.split_whitespace().nth(2)?.parse().ok()
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pgrp(pid) == Some(pgid))
+        .collect()
+}
+
+/// One newcomer waiting for a place stops one idle process, not every one.
+#[tokio::test]
+async fn a_newcomer_stops_one_idle_process_not_every_one() {
+    let s = Scratch::new("evict");
+    let gw = gateway(&s.argv(&["--ignore-term"]), "max_processes = 4", "").await;
+    for i in 0..4 {
+        answer(&tool(&gw, json!(i), "pid", json!({})).bearer(&format!("p{i}")).send().await, "warm");
+    }
+    let warm = s.spawned();
+    assert_eq!(warm.len(), 4);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let _ = tool(&gw, json!("e"), "pid", json!({})).bearer("newcomer").send().await;
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let gone = warm.iter().filter(|p| !is_running(**p)).count();
+    assert!(gone <= 1, "{gone} warm processes stopped to make room for one");
 }

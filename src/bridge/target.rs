@@ -21,7 +21,7 @@ use crate::ratelimit::RateLimits;
 use crate::upstream::credentials::Credentials;
 use crate::upstream::probe::{self, Found};
 use crate::upstream::stdio::Fleet;
-use crate::upstream::{Channel, Stdio, Transport};
+use crate::upstream::{Channel, SendError, Stdio, Transport};
 
 /// A resolved route: its configuration and the handles of its upstream's instances.
 pub struct Target {
@@ -426,12 +426,10 @@ fn fleets<'a>(
             continue;
         }
         let env = command.environment().map_err(|e| format!("upstream `{}`: {e}", u.name))?;
-        let kept = old.and_then(|o| o.fleet(&u.name)).filter(|f| f.runs(command, &env));
-        let fleet = kept.unwrap_or_else(|| {
-            let max_line = config.limits.max_upstream_response_bytes;
-            let share = config.limits.max_sessions_per_principal;
-            Fleet::new(u, command.clone(), env, max_line, share, metrics)
-        });
+        let max_line = config.limits.max_upstream_response_bytes;
+        let share = config.limits.max_sessions_per_principal;
+        let kept = old.and_then(|o| o.fleet(&u.name)).filter(|f| f.runs(command, &env, max_line, share));
+        let fleet = kept.unwrap_or_else(|| Fleet::new(u, command.clone(), env, max_line, share, metrics));
         fleets.insert(u.name.as_str(), fleet);
     }
     Ok(fleets)
@@ -638,6 +636,15 @@ impl Targets {
     }
 }
 
+/// A request's error while the probe's answer was an HTTP status that is
+/// no MCP answer: what it saw.
+fn probe_error(status: u16) -> Error {
+    match status {
+        404 => Error::UpstreamInvalid("404 Not Found at the upstream's URL: is its path right?"),
+        _ => Error::UpstreamInvalid("the upstream's URL answers, but not as an MCP server"),
+    }
+}
+
 const UNKNOWN: u8 = 0;
 const LEGACY: u8 = 1;
 const MODERN: u8 = 2;
@@ -664,6 +671,10 @@ pub struct Detected {
     probing: tokio::sync::Mutex<Option<Instant>>,
     /// What a refused upstream speaks, for `/readyz` and the logs, and when.
     refused: Mutex<(Vec<String>, Option<Instant>)>,
+    /// What the last failed probe saw, in words (until one succeeds).
+    last_failure: Mutex<Option<String>>,
+    /// The HTTP status of the last failed probe, when it had one.
+    last_status: Mutex<Option<u16>>,
     metrics: Metrics,
     route: String,
     upstream: String,
@@ -680,6 +691,8 @@ impl Detected {
             auto: setting == UpstreamGeneration::Auto,
             state: AtomicU8::new(state),
             modern_only: std::sync::atomic::AtomicBool::new(false),
+            last_failure: Mutex::new(None),
+            last_status: Mutex::new(None),
             probing: tokio::sync::Mutex::new(None),
             refused: Mutex::new((Vec::new(), None)),
             metrics,
@@ -724,11 +737,18 @@ impl Detected {
             None => {}
         }
         if last_failure.is_some_and(|at| at.elapsed() < PROBE_BACKOFF) {
-            return Err(Error::UpstreamUnreachable);
+            // What the last probe saw, until the next one.
+            return Err(match *self.last_status.lock().unwrap_or_else(|e| e.into_inner()) {
+                Some(status) => probe_error(status),
+                None => Error::UpstreamUnreachable,
+            });
         }
         match probe::probe(upstream).await {
             Ok(found) => {
                 *last_failure = None;
+                if let Ok(mut words) = self.last_failure.lock() {
+                    *words = None;
+                }
                 // What this probe found (another request may mark the
                 // upstream suspect again at once).
                 let generation = match &found {
@@ -741,14 +761,26 @@ impl Detected {
             }
             Err(e) => {
                 *last_failure = Some(Instant::now());
+                let words = match (e, upstream.health().why()) {
+                    (SendError::NotSent, Some(why)) => format!("could not connect: {why}"),
+                    _ => e.words(),
+                };
+                if let Ok(mut last) = self.last_failure.lock() {
+                    *last = Some(words.clone());
+                }
                 crate::log_limited!(
                     tracing::Level::WARN,
                     route = %self.route,
                     upstream = %self.upstream,
-                    ?e,
-                    "could not probe the upstream's generation"
+                    outcome = e.as_str(),
+                    "could not find out what the upstream speaks: {words}; asked again on the next request"
                 );
-                Err(crate::upstream::map_send_error(e, false))
+                let status = match e {
+                    SendError::Status(status) => Some(status),
+                    _ => None,
+                };
+                *self.last_status.lock().unwrap_or_else(|e| e.into_inner()) = status;
+                Err(status.map_or_else(|| crate::upstream::map_send_error(e, false), probe_error))
             }
         }
     }
@@ -775,7 +807,7 @@ impl Detected {
             }
         };
         if !matches!(found, Found::OtherRevision(_)) {
-            tracing::info!(route = %self.route, upstream = %self.upstream, generation = ?found, "upstream probed");
+            tracing::info!(route = %self.route, upstream = %self.upstream, generation = %found, "upstream probed");
         }
         self.state.store(state, Ordering::Release);
         self.export(state);
@@ -815,7 +847,10 @@ impl Detected {
         match self.known() {
             Some(Ok(g)) => g.as_str().to_string(),
             Some(Err(supported)) => format!("refused (speaks {})", supported.join(", ")),
-            None => "unknown (not probed yet, or unreachable)".into(),
+            None => match self.last_failure.lock().ok().and_then(|w| w.clone()) {
+                Some(why) => format!("unusable: {why}"),
+                None => "unknown (not probed yet)".into(),
+            },
         }
     }
 }

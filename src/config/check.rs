@@ -28,9 +28,11 @@ impl Checked {
         let outside = Outside::optional();
         let config = validate(parse(text)?, text, &outside)?;
         // A stdio upstream's program must be there and executable (checked offline).
-        for r in config.routes.iter().flat_map(|r| std::iter::once(r).chain(r.members.iter().map(|m| &m.route))) {
+        for r in
+            config.routes.iter().flat_map(|r| std::iter::once(r).chain(r.members.iter().map(|m| &m.route)))
+        {
             if let Some(command) = &r.upstream.stdio {
-                command.check_program().map_err(|why| {
+                command.check_cwd().and_then(|()| command.check_program().map(drop)).map_err(|why| {
                     ConfigError(format!("upstream `{}`: its command cannot be run: {why}", r.upstream.name))
                 })?;
             }

@@ -444,6 +444,22 @@ fn ms(v: Option<u64>, default: u64) -> Duration {
 }
 
 /// "line N: " for the first line of `text` containing `needle`, to point at a bad key.
+/// A listen address: `IP:PORT`, `[IPv6]:PORT`, or `localhost:PORT` (the
+/// IPv4 loopback). The error says what to write.
+pub fn listen_address(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    let port = text.strip_prefix("localhost:").map(str::parse::<u16>);
+    match port {
+        Some(Ok(port)) => Ok(SocketAddr::from(([127, 0, 0, 1], port))),
+        _ => Err(format!(
+            "invalid listen address `{text}`: give IP:PORT, e.g. 127.0.0.1:8080 (this machine only), \
+             0.0.0.0:8080 (every interface) or localhost:8080"
+        )),
+    }
+}
+
 fn at(text: &str, needle: &str) -> String {
     text.lines().position(|l| l.contains(needle)).map(|n| format!("line {}: ", n + 1)).unwrap_or_default()
 }
@@ -453,9 +469,8 @@ fn at(text: &str, needle: &str) -> String {
 fn validate(raw: RawConfig, text: &str, outside: &Outside) -> Result<Config, ConfigError> {
     let policies = auth::policies(&raw.auth, text, outside)?;
     let listen_text = raw.server.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
-    let listen: SocketAddr = listen_text
-        .parse()
-        .map_err(|_| ConfigError(format!("{}invalid listen address `{listen_text}`", at(text, "listen"))))?;
+    let listen =
+        listen_address(listen_text).map_err(|why| ConfigError(format!("{}{why}", at(text, "listen"))))?;
     let pool_idle = ms(raw.pool.idle_timeout_ms, 300_000);
     let upstreams = (raw.upstreams.iter())
         .map(|u| upstream(u, text, outside, pool_idle))
@@ -834,11 +849,17 @@ fn rules(raw: &[raw::RawRule], text: &str) -> Result<Arc<[crate::authz::Rule]>, 
 /// One instance's URL: http(s) with a host and no credentials (they would
 /// never be sent, and the URL names the instance in metrics and logs).
 fn instance_url(url: &str, text: &str) -> Result<Uri, ConfigError> {
-    let parsed: Uri =
-        url.parse().map_err(|_| ConfigError(format!("{}invalid upstream url `{url}`", at(text, url))))?;
+    let no_scheme = !url.contains("://");
+    let parsed: Uri = url.parse().map_err(|_| {
+        let why = match no_scheme {
+            true => "it needs http:// or https:// in front, e.g. http://127.0.0.1:9000/mcp",
+            false => "it is not a URL (http://host:port/path)",
+        };
+        ConfigError(format!("{}invalid upstream url `{url}`: {why}", at(text, url)))
+    })?;
     if !matches!(parsed.scheme_str(), Some("http" | "https")) || parsed.host().is_none() {
         return Err(ConfigError(format!(
-            "{}upstream url `{url}` must be http:// or https:// with a host",
+            "{}upstream url `{url}` needs http:// or https:// and a host, e.g. http://127.0.0.1:9000/mcp",
             at(text, url)
         )));
     }

@@ -89,13 +89,22 @@ impl StdioCommand {
         Ok(out)
     }
 
+    /// Whether the working directory is there (`check-config`, offline).
+    pub fn check_cwd(&self) -> Result<(), String> {
+        match &self.cwd {
+            Some(cwd) if !cwd.is_dir() => Err(format!("cwd {} is not a directory", cwd.display())),
+            _ => Ok(()),
+        }
+    }
+
     /// Whether the program can be found and run (`check-config`, offline):
     /// a path is checked as it is; a bare name is looked up on PATH.
     pub fn check_program(&self) -> Result<PathBuf, String> {
         use std::os::unix::fs::PermissionsExt;
         let program = &self.argv[0];
-        let executable =
-            |p: &std::path::Path| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+        let executable = |p: &std::path::Path| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        };
         if program.contains('/') {
             let path = match &self.cwd {
                 Some(cwd) if !program.starts_with('/') => cwd.join(program),
@@ -119,8 +128,8 @@ impl StdioCommand {
 }
 
 fn shell_quoted(arg: &str) -> String {
-    let plain = !arg.is_empty()
-        && arg.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./=:@+,%".contains(&b));
+    let plain =
+        !arg.is_empty() && arg.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./=:@+,%".contains(&b));
     match plain {
         true => arg.to_string(),
         false => format!("'{}'", arg.replace('\'', "'\\''")),
@@ -170,12 +179,10 @@ pub(super) fn upstream(
     }
     let legacy_clients = match u.legacy_clients.as_deref() {
         None | Some("translate") => LegacyClientMode::Translate,
-        Some(_) => {
-            return Err(err(
-                "legacy_clients",
-                "legacy_clients of a stdio upstream is \"translate\" (no session can be relayed to a process)",
-            ))
-        }
+        Some(_) => return Err(err(
+            "legacy_clients",
+            "legacy_clients of a stdio upstream is \"translate\" (no session can be relayed to a process)",
+        )),
     };
     let generation = match u.generation.as_deref() {
         None | Some("legacy") => UpstreamGeneration::Legacy,
@@ -194,9 +201,9 @@ pub(super) fn upstream(
             return Err(bad("not a variable name"));
         }
         let text_of = |k: &str| spec.get(k).and_then(toml::Value::as_str).map(str::to_string);
-        let keys_ok = spec
-            .as_table()
-            .is_some_and(|t| t.len() == 1 && t.keys().all(|k| ["value", "value_env", "value_file"].contains(&k.as_str())));
+        let keys_ok = spec.as_table().is_some_and(|t| {
+            t.len() == 1 && t.keys().all(|k| ["value", "value_env", "value_file"].contains(&k.as_str()))
+        });
         let value = match (keys_ok, text_of("value"), text_of("value_env"), text_of("value_file")) {
             (true, Some(v), None, None) => EnvValue::Plain(v),
             (true, None, Some(var), None) => EnvValue::Secret(Source::Env(var)),
@@ -231,7 +238,14 @@ pub(super) fn upstream(
         cwd: u.cwd.as_ref().map(PathBuf::from),
         env,
         max_processes,
-        idle_timeout: u.process_idle_timeout_ms.map_or(pool_idle, Duration::from_millis).max(Duration::from_millis(1)),
+        idle_timeout: match u.process_idle_timeout_ms {
+            // Shorter would be a process per call, the cold start each time.
+            Some(ms) if ms < 1000 => {
+                return Err(err("process_idle_timeout_ms", "process_idle_timeout_ms must be at least 1000"))
+            }
+            Some(ms) => Duration::from_millis(ms),
+            None => pool_idle.max(Duration::from_secs(1)),
+        },
         start_timeout: ms(u.start_timeout_ms, 30_000).max(Duration::from_millis(1)),
         spare_processes,
     };
@@ -252,7 +266,9 @@ pub(super) fn upstream(
         response_timeout: ms(u.response_timeout_ms, 30_000),
         call_timeout: ms(u.call_timeout_ms, 600_000),
         max_concurrent_requests: match u.max_concurrent_requests {
-            Some(0) => return Err(err("max_concurrent_requests", "max_concurrent_requests must be at least 1")),
+            Some(0) => {
+                return Err(err("max_concurrent_requests", "max_concurrent_requests must be at least 1"))
+            }
             n => n,
         },
         headers: Vec::new(),

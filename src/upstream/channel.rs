@@ -49,13 +49,59 @@ pub enum SendError {
     TooLarge,
     /// A process could not be started for the session: it did not finish
     /// `initialize` in time (`timed_out`), or exited, or could not be spawned.
-    Start { timed_out: bool },
+    Start {
+        timed_out: bool,
+    },
     /// The upstream has as many processes as it may, none free within the
     /// admission wait (nothing was sent).
     Busy,
     /// The session has as many processes as the caller's share allows, all
     /// busy, none free within the admission wait (nothing was sent).
     Share,
+}
+
+impl SendError {
+    /// The failure as a log field value (`outcome=not_sent`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SendError::NotSent => "not_sent",
+            SendError::SessionGone => "session_gone",
+            SendError::Timeout => "timeout",
+            SendError::Broken => "broken",
+            SendError::Status(_) => "error_status",
+            SendError::Denied { .. } => "denied",
+            SendError::Invalid(_) => "invalid",
+            SendError::TooLarge => "too_large",
+            SendError::Start { timed_out: true } => "start_timeout",
+            SendError::Start { timed_out: false } => "start_failed",
+            SendError::Busy => "busy",
+            SendError::Share => "share",
+        }
+    }
+
+    /// The failure in words, for logs and `check-config --probe`.
+    pub fn words(self) -> String {
+        match self {
+            SendError::NotSent => "could not connect (see the instance's log line for why)".into(),
+            SendError::SessionGone => "the session is gone".into(),
+            SendError::Timeout => "no answer within response_timeout_ms".into(),
+            SendError::Broken => "the connection broke during the answer".into(),
+            SendError::Status(404) => "404 Not Found: is the path of the URL right?".into(),
+            SendError::Status(s) => {
+                match http::StatusCode::from_u16(s).ok().and_then(|c| c.canonical_reason()) {
+                    Some(reason) => format!("HTTP {s} {reason}: not an MCP answer"),
+                    None => format!("HTTP {s}: not an MCP answer"),
+                }
+            }
+            SendError::Denied { status, .. } => format!("HTTP {status}: the server refused the credentials"),
+            SendError::Invalid(why) => format!("an answer that is not MCP ({why})"),
+            SendError::TooLarge => "an answer over the size cap".into(),
+            SendError::Start { timed_out: true } => "its process did not finish initialize in time".into(),
+            SendError::Start { timed_out: false } => "its process could not be started".into(),
+            SendError::Busy => "as many processes as it may have, all busy".into(),
+            SendError::Share => "this caller's share of processes, all busy".into(),
+        }
+    }
 }
 
 /// Maps a channel failure to the client-facing error. `sent`: the message
@@ -86,6 +132,10 @@ pub struct SessionWire {
     pub id: Option<String>,
     /// The negotiated version; `None` before `initialize` has answered.
     pub version: Option<String>,
+    /// Who the session is opened for (its principal), on the `initialize`
+    /// that opens it: a channel whose sessions cost a process each counts
+    /// them per caller. Not sealed anywhere.
+    pub owner: Option<std::sync::Arc<str>>,
 }
 
 /// What the server links to a message.

@@ -22,16 +22,38 @@ pub struct Health {
     /// For the logs: route and instance.
     route: String,
     instance: String,
+    /// Why the last connection could not be made, in words.
+    why: std::sync::Mutex<Option<String>>,
+}
+
+/// An error reaching an upstream, in words a user acts on.
+pub fn io_words(e: &std::io::Error) -> String {
+    use std::io::ErrorKind::*;
+    match e.kind() {
+        ConnectionRefused => "connection refused (is the server running, and on that port?)".into(),
+        TimedOut => "connection timed out (a firewall, or a wrong address?)".into(),
+        ConnectionReset | ConnectionAborted => "connection reset by the server".into(),
+        HostUnreachable | NetworkUnreachable => "host unreachable".into(),
+        AddrNotAvailable => "address not available".into(),
+        NotFound => "host name not found (DNS)".into(),
+        PermissionDenied => "permission denied".into(),
+        _ => e.to_string(),
+    }
 }
 
 impl Health {
     pub fn new(gauge: Gauge, route: String, instance: String) -> Health {
         gauge.set(1);
-        Health { state: AtomicU8::new(UP), gauge, route, instance }
+        Health { state: AtomicU8::new(UP), gauge, route, instance, why: Default::default() }
     }
 
     pub fn is_up(&self) -> bool {
         self.state.load(Ordering::Acquire) == UP
+    }
+
+    /// Why the last connection could not be made, in words.
+    pub fn why(&self) -> Option<String> {
+        self.why.lock().ok().and_then(|w| w.clone())
     }
 
     /// Down, and a probe since found it still not answering.
@@ -39,11 +61,16 @@ impl Health {
         self.state.load(Ordering::Acquire) == CONFIRMED
     }
 
-    /// A connection to the instance could not be made.
-    pub fn failed(&self) {
+    /// A connection to the instance could not be made (`why`, in words).
+    pub fn failed(&self, why: &str) {
+        if let Ok(mut last) = self.why.lock() {
+            if last.as_deref() != Some(why) {
+                *last = Some(why.to_string());
+            }
+        }
         if self.state.compare_exchange(UP, DOWN, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             self.gauge.set(0);
-            tracing::warn!(route = %self.route, instance = %self.instance,
+            tracing::warn!(route = %self.route, instance = %self.instance, error = why,
                 "upstream instance unreachable: skipped until a probe finds it answering");
         }
     }

@@ -24,6 +24,17 @@ pub enum Found {
     OtherRevision(Vec<String>),
 }
 
+impl std::fmt::Display for Found {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Found::Legacy => f.write_str("legacy"),
+            Found::Modern { legacy_too: true } => f.write_str("modern+legacy"),
+            Found::Modern { legacy_too: false } => f.write_str("modern"),
+            Found::OtherRevision(v) => write!(f, "another revision ({})", v.join(", ")),
+        }
+    }
+}
+
 /// Asks the upstream. `Err` when it could not be asked (unreachable, timed
 /// out, or an answer too broken to read): nothing is known yet. Never with
 /// a client's token, even when a request's task runs it: the answer is
@@ -60,7 +71,7 @@ async fn ask(upstream: &Transport) -> Result<Found, SendError> {
     if let Some(id) = minted {
         // A legacy server answered the probe with a fresh session (some do,
         // even on a 400): end it.
-        upstream.delete(&SessionWire { id: Some(id), version: None }).await;
+        upstream.delete(&SessionWire { id: Some(id), version: None, owner: None }).await;
     }
     let text = text?;
     match classify(status, &message(&text, sse))? {
@@ -90,7 +101,7 @@ async fn serves_legacy(upstream: &Transport) -> bool {
     let minted = resp.header("mcp-session-id").map(str::to_string);
     let text = upstream.read_body(resp.body).await;
     if let Some(id) = minted {
-        upstream.delete(&SessionWire { id: Some(id), version: None }).await;
+        upstream.delete(&SessionWire { id: Some(id), version: None, owner: None }).await;
     }
     let Ok(text) = text else { return false };
     let msg = message(&text, sse);
@@ -144,10 +155,12 @@ fn classify(status: u16, msg: &Value) -> Result<Found, SendError> {
     // What a session server answers a request it does not understand: a
     // client error about the request, or a JSON-RPC error. Anything else
     // (401/403/429/5xx, a page that is not MCP) is no answer at all.
+    // A 404 without one is a path that serves nothing (a wrong URL), not a
+    // legacy server: those answer a request without a session 400.
     let rpc_error = msg.get("jsonrpc").is_some() && msg.get("error").is_some();
     match status {
-        400 | 404 | 405 | 406 | 415 => Ok(Found::Legacy),
-        200..=299 if rpc_error => Ok(Found::Legacy),
+        400 | 405 | 406 | 415 => Ok(Found::Legacy),
+        200..=299 | 404 if rpc_error => Ok(Found::Legacy),
         _ => Err(SendError::Status(status)),
     }
 }
@@ -170,7 +183,8 @@ mod tests {
         let not_found = json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32601, "message": "nope"}});
         assert_eq!(classify(200, &not_found), Ok(Found::Legacy));
         assert_eq!(classify(400, &Value::Null), Ok(Found::Legacy));
-        assert_eq!(classify(404, &Value::Null), Ok(Found::Legacy));
+        assert_eq!(classify(404, &Value::Null), Err(SendError::Status(404)), "a wrong path");
+        assert_eq!(classify(404, &not_found), Ok(Found::Legacy), "a JSON-RPC error on a 404");
         for status in [401, 403, 429, 500, 503] {
             assert_eq!(classify(status, &Value::Null), Err(SendError::Status(status)), "{status}");
         }

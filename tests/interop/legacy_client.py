@@ -326,8 +326,11 @@ async def run(url: str, upstream: str, label: str, auth: argparse.Namespace) -> 
                     r = await s.call_tool(spec["tool"], spec["args"])
                     assert not r.isError, r
                     check_text(text_of(r), spec, "result")
-                    # (server-everything asks roots/list when the session starts, not in the call)
-                    assert asked["roots"] > 0, "the roots/list callback was never called"
+                    # (server-everything asks roots/list when the session starts, not in the call;
+                    # with "askedOncePerProcess" the upstream session is a pooled one an earlier
+                    # client may have answered already, so only the text is checked)
+                    if not spec.get("askedOncePerProcess"):
+                        assert asked["roots"] > 0, "the roots/list callback was never called"
 
                 async def multi_round(spec):
                     before = asked["elicitation"]

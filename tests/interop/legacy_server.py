@@ -5,6 +5,13 @@ sessions (Mcp-Session-Id issued on initialize, SSE responses), bound to 127.0.0.
 
     .peers/py-legacy/bin/python tests/interop/legacy_server.py --port N
     # endpoint: http://127.0.0.1:N/mcp
+    .peers/py-legacy/bin/python tests/interop/legacy_server.py --stdio
+    # the same server over stdio (one session per process; tests/interop/stdio.sh)
+
+With --stdio the same tools run over stdin/stdout, one JSON-RPC message per line: stdout
+carries the protocol only (logs go to stderr), and what HTTP sends on the POST's or the
+GET stream (progress, log messages, questions, updates, list changes) is written to
+stdout in the same order.
 
 Everything here is what a 2025-era server does on its own: per-session state,
 a per-session log level (logging/setLevel), progress on the request's SSE stream,
@@ -219,8 +226,13 @@ def greet(name: str, style: str = "friendly") -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, required=True)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--port", type=int, help="serve Streamable HTTP on 127.0.0.1:PORT (/mcp)")
+    where.add_argument("--stdio", action="store_true", help="serve over stdin/stdout (one session)")
     args = parser.parse_args()
+    if args.stdio:
+        mcp.run(transport="stdio")
+        return
     mcp.settings.port = args.port
     mcp.run(transport="streamable-http")
 

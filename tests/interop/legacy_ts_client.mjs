@@ -385,7 +385,9 @@ await flow(
   'roots',
   async (spec) => {
     await call(spec);
-    assert(asked.roots > 0, 'the roots/list handler was never called');
+    // askedOncePerProcess: the upstream session is a pooled one an earlier client may have
+    // answered already (see profiles.json), so only the text is checked.
+    if (!spec.askedOncePerProcess) assert(asked.roots > 0, 'the roots/list handler was never called');
   },
   'roots',
 );

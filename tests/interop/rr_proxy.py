@@ -11,8 +11,9 @@ request; client connections are kept alive.
 
 Prints `listening 127.0.0.1:PORT` on stdout once bound. Each request is logged (to
 --log, default stderr) as one line:
-    <seq> <backend> <METHOD> <path> session=<hash of Mcp-Session-Id, or -> <status|error ...> [rpc=<method>] [minted=<hash>]
-where rpc= is the JSON-RPC method of a request body that is one JSON-RPC request or
+    <seq> <backend> <METHOD> <path> session=<hash of Mcp-Session-Id, or -> <status|error ...> [rpc=<method>] ms=<n> [minted=<hash>]
+where ms= is how long the backend took to send the answer's head (for a stream: until it
+opened), rpc= is the JSON-RPC method of a request body that is one JSON-RPC request or
 notification, and minted= names a session id the answer carried in its Mcp-Session-Id
 header that the request did not (a session the backend opened: on initialize, or unasked).
 With one --backend it is a logging pass-through (tests/interop/generations.sh uses it so).
@@ -41,6 +42,14 @@ or -> and, for what it answered itself, backend `filter` and refused=<why>; a re
 discover answer adds rewrote=supportedVersions, a JSON answer handing out a requestState
 asked=<hash of it>, and a request carrying one state=<hash of it> (so a retry can be matched
 to the instance that asked).
+
+--states-log FILE (any mode) writes one line per answer, JSON or SSE, that handed out a
+requestState (an input_required round), once the answer has been relayed whole:
+    <seq> <backend> asked=<hash>
+with the seq and backend of the request's own line in --log; with the retries' state=<hash>
+there, a retry can be matched to the round that asked, and so to the replica that served it
+(tests/interop/stdio.sh). Answers are still streamed through unbuffered; only the first
+4 MiB of each are looked at.
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ import itertools
 import json
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MODERN = "2026-07-28"
@@ -67,16 +77,18 @@ HOP_BY_HOP = {
     "upgrade",
 }
 BACKEND_TIMEOUT = 600.0  # seconds a backend may stay silent (SSE streams send keep-alives)
+STATES_SCAN = 4 << 20  # bytes of an answer --states-log looks at
 
 
 class Proxy(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, addr, backends: list[tuple[str, int]], log, modern_only: bool = False) -> None:
+    def __init__(self, addr, backends: list[tuple[str, int]], log, modern_only: bool = False, states_log=None) -> None:
         super().__init__(addr, Handler)
         self.backends = backends
         self.modern_only = modern_only
+        self.states_log = states_log
         self.seq = itertools.count(1)
         self.lock = threading.Lock()
         self.log = log
@@ -90,6 +102,21 @@ class Proxy(ThreadingHTTPServer):
         with self.lock:
             self.log.write(line + "\n")
             self.log.flush()
+
+    def record_states(self, seq: int, backend: str, body: bytes, sse: bool) -> None:
+        """--states-log: one line per requestState the answer `body` handed out."""
+        if self.states_log is None:
+            return
+        texts = [body.decode("utf-8", "replace")]
+        if sse:
+            texts = ["\n".join(line[5:].lstrip(" ") for line in event.split("\n") if line.startswith("data:"))
+                     for event in texts[0].replace("\r\n", "\n").split("\n\n")]
+        for text in texts:
+            hashed = asked_state(text.encode())
+            if hashed:
+                with self.lock:
+                    self.states_log.write(f"{seq} {backend}{hashed}\n")
+                    self.states_log.flush()
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -143,6 +170,7 @@ class Handler(BaseHTTPRequestHandler):
             if k.lower() not in HOP_BY_HOP and k.lower() != "content-length" and k.lower() not in ignored:
                 headers.setdefault(k, []).append(v)
         conn = http.client.HTTPConnection(host, port, timeout=BACKEND_TIMEOUT)
+        began = time.monotonic()
         try:
             conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
             for k, vs in headers.items():
@@ -157,6 +185,7 @@ class Handler(BaseHTTPRequestHandler):
             self.server.record(f"{where} error {type(e).__name__}: {e}")
             self.send_error(502, "backend unreachable")
             return
+        extra += f" ms={(time.monotonic() - began) * 1000:.0f}"
         minted = resp.getheader("Mcp-Session-Id")
         if minted and minted != sid:
             extra += f" minted={hashlib.sha256(minted.encode()).hexdigest()[:10]}"
@@ -173,9 +202,13 @@ class Handler(BaseHTTPRequestHandler):
                 text = resp.read()
                 self.server.record(f"{where} {resp.status}{extra}{asked_state(text)}")
                 self.relay_whole(resp, text)
+                self.server.record_states(seq, f"{host}:{port}", text, sse=False)
                 return
             self.server.record(f"{where} {resp.status}{extra}")
-            self.relay(resp, drop={"mcp-session-id"} if modern_only else set())
+            seen = bytearray() if self.server.states_log is not None and self.command == "POST" else None
+            self.relay(resp, drop={"mcp-session-id"} if modern_only else set(), seen=seen)
+            if seen:
+                self.server.record_states(seq, f"{host}:{port}", bytes(seen), sse=ctype.startswith("text/event-stream"))
         except OSError:
             self.close_connection = True  # the client went away (or the backend did)
         finally:
@@ -206,7 +239,8 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
         self.wfile.flush()
 
-    def relay(self, resp: http.client.HTTPResponse, drop: set[str] = frozenset()) -> None:
+    def relay(self, resp: http.client.HTTPResponse, drop: set[str] = frozenset(), seen: bytearray | None = None) -> None:
+        """Streams the answer through; `seen` (when given) gets its first STATES_SCAN bytes."""
         self.send_response_only(resp.status, resp.reason)
         length = resp.getheader("Content-Length")
         for k, v in resp.getheaders():
@@ -224,6 +258,8 @@ class Handler(BaseHTTPRequestHandler):
             data = resp.read1(65536)
             if not data:
                 break
+            if seen is not None and len(seen) < STATES_SCAN:
+                seen += data[: STATES_SCAN - len(seen)]
             if chunked:
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             else:
@@ -364,6 +400,7 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--backend", action="append", required=True, help="host:port; repeat, in order")
     ap.add_argument("--log", help="request log file (default stderr)")
+    ap.add_argument("--states-log", help="file of the requestStates answers handed out (seq, backend, asked=hash)")
     ap.add_argument("--modern-only", action="store_true",
                     help="answer as a 2026-07-28-only server: refuse initialize, other versions, GET, DELETE")
     args = ap.parse_args()
@@ -372,7 +409,8 @@ def main() -> None:
         host, _, port = b.rpartition(":")
         backends.append((host, int(port)))
     log = open(args.log, "a", buffering=1) if args.log else sys.stderr
-    server = Proxy(("127.0.0.1", args.port), backends, log, modern_only=args.modern_only)
+    states_log = open(args.states_log, "a", buffering=1) if args.states_log else None
+    server = Proxy(("127.0.0.1", args.port), backends, log, modern_only=args.modern_only, states_log=states_log)
     print(f"listening 127.0.0.1:{server.server_address[1]}", flush=True)
     try:
         server.serve_forever(poll_interval=0.2)

@@ -155,6 +155,12 @@ def tool_crash(args, meta):
     os._exit(3)
 
 
+def tool_crash_leaving_grandchild(args, meta):
+    # A grandchild that inherits stdin/stdout/stderr, then the server dies.
+    subprocess.Popen(["sleep", "1000"])
+    os._exit(3)
+
+
 def tool_huge(args, meta, rid):
     size = int(args.get("bytes", 1 << 20))
     head = json.dumps({"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text", "text": ""}]}},
@@ -200,6 +206,7 @@ TOOLS = {
     "progress": (tool_progress, "three notifications/progress, then the answer"),
     "log": (tool_log, "notifications/message at info and warning, then the answer"),
     "crash": (tool_crash, "exits 3 without answering"),
+    "crash_leaving_grandchild": (tool_crash_leaving_grandchild, "starts `sleep 1000` holding its stdio, exits 3"),
     "huge": (tool_huge, "answers with one stdout line of arguments.bytes bytes"),
     "garbage": (tool_garbage, "writes lines that are not JSON-RPC, then answers"),
     "stderr_flood": (tool_stderr_flood, "writes arguments.mb MiB to stderr, then answers"),
@@ -265,6 +272,14 @@ def handle(msg, flags):
     elif method == "tools/list":
         result(rid, {"tools": [{"name": n, "description": d, "inputSchema": {"type": "object"}}
                                for n, (_, d) in TOOLS.items()]})
+    elif method == "tools/call" and params.get("name") in ("block_stdin", "flood_requests"):
+        # On the reading thread: stdin is not read meanwhile.
+        args = params.get("arguments") or {}
+        if params.get("name") == "flood_requests":
+            n = int(args.get("n", 100000))
+            write_raw(b"".join(b'{"jsonrpc":"2.0","id":%d,"method":"x/y"}\n' % i for i in range(n)))
+        time.sleep(args.get("ms", 1000) / 1000.0)
+        result(rid, text_result({"blocked_ms": args.get("ms", 1000)}))
     elif method == "tools/call":
         threading.Thread(target=call_tool, args=(rid, params), daemon=True).start()
     else:

@@ -257,7 +257,7 @@ impl Bridge {
         }
         let requested = serde_json::from_slice::<Init<'_>>(&caller.body).ok().and_then(|i| i.params?.version);
         self.quota.admit_counted(&caller.principal, &target.route.id, &self.services.metrics)?;
-        let wire = SessionWire { id: None, version: client_version(&caller.headers) };
+        let wire = SessionWire { id: None, version: client_version(&caller.headers), owner: None };
         let (resp, upstream) = self.post_new(target, &wire, caller).await?;
         // From here on, a session the upstream minted is ended on every
         // path that does not hand it to the client (in the background: the
@@ -266,7 +266,9 @@ impl Bridge {
         let end_minted = || {
             if let Some(id) = minted.clone() {
                 let (upstream, version) = (upstream.clone(), wire.version.clone());
-                tokio::spawn(async move { upstream.delete(&SessionWire { id: Some(id), version }).await });
+                tokio::spawn(async move {
+                    upstream.delete(&SessionWire { id: Some(id), version, owner: None }).await
+                });
             }
         };
         let fits =
@@ -545,7 +547,7 @@ impl Bridge {
 /// The upstream session a request goes to: the token's session id, and the
 /// version header as the client sent it (2025-03-26 clients send none).
 fn wire(claims: &Claims, headers: &HeaderMap) -> SessionWire {
-    SessionWire { id: claims.upstream_session.clone(), version: client_version(headers) }
+    SessionWire { id: claims.upstream_session.clone(), version: client_version(headers), owner: None }
 }
 
 fn client_version(headers: &HeaderMap) -> Option<String> {

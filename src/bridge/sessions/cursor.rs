@@ -119,7 +119,7 @@ pub fn open(sealer: &Sealer, route: &Route, call: &Call, caller: &Caller) -> Res
     let opened =
         Sealed::<CursorClaims>::open(sealer, cursor, &expect).map_err(|why| why.error(Purpose::Cursor))?;
     let c = opened.into_claims();
-    let wire = SessionWire { id: c.session_id, version: c.session_version };
+    let wire = SessionWire { id: c.session_id, version: c.session_version, owner: None };
     Ok(Some(Pinned { instance: c.instance, wire, cursor: c.cursor }))
 }
 

@@ -81,7 +81,12 @@ impl ParkedFlow {
             match channel::once_more(link.health(), || channel::post(link, &self.wire, &response)).await {
                 Ok(_) => delivered = true,
                 Err(e) => {
-                    crate::log_limited!(tracing::Level::WARN, ?e, "could not deliver an answer upstream");
+                    crate::log_limited!(
+                        tracing::Level::WARN,
+                        outcome = e.as_str(),
+                        "could not deliver an answer upstream: {}",
+                        e.words()
+                    );
                     return Err(if delivered { SendError::Broken } else { e });
                 }
             }
@@ -299,7 +304,8 @@ impl Bridge {
         let Some(link) = cx.target.channel(&st.instance) else {
             return Err(self.rejected(cx, Rejected::FlowLost));
         };
-        let wire = SessionWire { id: st.session_id.clone(), version: st.session_version.clone() };
+        let wire =
+            SessionWire { id: st.session_id.clone(), version: st.session_version.clone(), owner: None };
         // Answers first, then the resumption: a server that keeps events (the
         // TypeScript SDK's event store) stores what the call sends after the
         // answer and replays it on the GET; resuming first loses those events

@@ -122,7 +122,7 @@ impl Seals {
 
     /// A freshly sealed cursor that [`Seals::open_cursor`] accepts.
     pub fn seal_cursor(&self) -> String {
-        let wire = SessionWire { id: Some("s".into()), version: None };
+        let wire = SessionWire { id: Some("s".into()), version: None, owner: None };
         cursor::seal(
             &self.sealer,
             &self.route,

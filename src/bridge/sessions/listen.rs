@@ -184,7 +184,7 @@ impl Bridge {
             Err(e) => {
                 crate::log_limited!(
                     tracing::Level::INFO,
-                    ?e,
+                    outcome = e.as_str(),
                     "upstream has no standalone GET stream; listen carries keep-alives only"
                 );
                 None

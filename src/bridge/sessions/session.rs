@@ -126,8 +126,9 @@ impl Session {
                 "clientInfo": {"name": "sessionless", "version": env!("CARGO_PKG_VERSION")},
             }
         });
-        let sent =
-            channel::post(channel, &SessionWire::default(), &request).await.map_err(InitError::Post)?;
+        // Named for its principal: a channel whose sessions cost a process each counts them per caller.
+        let opening = SessionWire { owner: Some(key.principal.as_str().into()), ..SessionWire::default() };
+        let sent = channel::post(channel, &opening, &request).await.map_err(InitError::Post)?;
         let session_id = sent.session;
         let response = match sent.answer {
             Answer::Json(v) => v,
@@ -154,7 +155,7 @@ impl Session {
             .filter(|v| LEGACY_VERSIONS.contains(v))
             .ok_or(InitError::Refused("unsupported protocol version"))?
             .to_string();
-        let wire = SessionWire { id: session_id, version: Some(version) };
+        let wire = SessionWire { id: session_id, version: Some(version), owner: None };
         let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
         match channel::post(channel, &wire, &initialized).await {
             Ok(_) => {}

@@ -26,10 +26,12 @@ use std::time::Duration;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use serde_json::Value;
-use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::channel::{Answer, Channel, Messages, Pending, SendError, Sent, SessionWire, Stateless, StreamEnd};
+use super::channel::{
+    Answer, Channel, Messages, Pending, SendError, Sent, SessionWire, Stateless, StreamEnd,
+};
 use super::health::Health;
 use crate::config::{StdioCommand, Upstream};
 use crate::metrics::{InstanceLabels, Metrics, SpawnLabels, UpstreamNameLabels};
@@ -45,6 +47,10 @@ const BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// this long: a call's requests (its tool list, then the call) come in a
 /// row on the same session.
 const EVICT_AFTER: Duration = Duration::from_millis(250);
+/// A process that exits on its own sooner than this after it started
+/// counts as a failed start (backoff); once one has lived this long, the
+/// failures are forgotten.
+const HEALTHY_AFTER: Duration = Duration::from_secs(10);
 
 /// A stdio upstream as one route's channel (a route's health and
 /// configuration over its upstream's shared [`Fleet`]).
@@ -62,8 +68,11 @@ struct Inner {
 impl Stdio {
     pub fn new(fleet: Arc<Fleet>, upstream: Upstream, metrics: &Metrics, route: &str) -> Stdio {
         let instance = format!("stdio:{}", upstream.name);
-        let labels =
-            InstanceLabels { route: route.to_string(), upstream: upstream.name.clone(), instance: instance.clone() };
+        let labels = InstanceLabels {
+            route: route.to_string(),
+            upstream: upstream.name.clone(),
+            instance: instance.clone(),
+        };
         let health = Health::new(
             metrics.upstream_instance_up.get_or_create(&labels).clone(),
             route.to_string(),
@@ -88,17 +97,23 @@ impl Stdio {
         let bytes = |m: &Value| serde_json::to_vec(m).unwrap_or_default();
         let opened = self.send(&SessionWire::default(), &bytes(&init)).await;
         let found = async {
-            let sent = opened.map_err(|e| format!("could not start ({})", crate::upstream::map_send_error(e, false).reason()))?;
+            let sent = opened.map_err(|e| {
+                format!("could not start ({})", crate::upstream::map_send_error(e, false).reason())
+            })?;
             let (Answer::Json(answer), Some(id)) = (sent.answer, sent.session) else {
                 return Err("no answer to initialize".to_string());
             };
-            let wire = SessionWire { id: Some(id), version: None };
-            let version = answer.pointer("/result/protocolVersion").and_then(Value::as_str).unwrap_or("?").to_string();
+            let wire = SessionWire { id: Some(id), version: None, owner: None };
+            let version =
+                answer.pointer("/result/protocolVersion").and_then(Value::as_str).unwrap_or("?").to_string();
             let initialized = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
             self.send(&wire, &bytes(&initialized)).await.map_err(|_| "gone after initialize".to_string())?;
             let list = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
-            let sent = self.send(&wire, &bytes(&list)).await.map_err(|_| "gone after initialize".to_string())?;
-            let Answer::Stream(mut stream) = sent.answer else { return Err("no answer to tools/list".into()) };
+            let sent =
+                self.send(&wire, &bytes(&list)).await.map_err(|_| "gone after initialize".to_string())?;
+            let Answer::Stream(mut stream) = sent.answer else {
+                return Err("no answer to tools/list".into());
+            };
             let listed = loop {
                 let next = tokio::time::timeout(upstream.response_timeout, stream.next()).await;
                 match next {
@@ -107,9 +122,10 @@ impl Stdio {
                     _ => return Err("no answer to tools/list".into()),
                 }
             };
-            let tools: Vec<&str> = (listed.pointer("/result/tools").and_then(Value::as_array).into_iter().flatten())
-                .filter_map(|t| t.get("name").and_then(Value::as_str))
-                .collect();
+            let tools: Vec<&str> =
+                (listed.pointer("/result/tools").and_then(Value::as_array).into_iter().flatten())
+                    .filter_map(|t| t.get("name").and_then(Value::as_str))
+                    .collect();
             self.close(&wire).await;
             Ok(format!("legacy over stdio (protocol {version}), {} tools: {}", tools.len(), tools.join(", ")))
         }
@@ -122,10 +138,10 @@ impl Stdio {
         let fleet = &self.0.fleet;
         let msg: Value = serde_json::from_slice(message).map_err(|_| SendError::Invalid("encode"))?;
         let Some(id) = &session.id else {
-            let sent = fleet.open(message, &msg).await;
+            let sent = fleet.open(message, &msg, session.owner.clone()).await;
             match &sent {
                 Ok(_) => self.0.health.recovered(),
-                Err(SendError::Start { .. }) => self.0.health.failed(),
+                Err(SendError::Start { .. }) => self.0.health.failed("its process does not start"),
                 Err(_) => {}
             }
             return sent;
@@ -138,11 +154,12 @@ impl Stdio {
                 let token = msg.pointer("/params/_meta/progressToken").map(Value::to_string);
                 let deadline = Instant::now() + ADMISSION_WAIT;
                 let (process, rx) = family.take(fleet, request_id, token, alone, deadline).await?;
-                if process.write(message).await.is_err() {
-                    process.unlink(request_id);
+                // The reader first: if this call is dropped while the line
+                // waits for the writer, the reader unlinks the request.
+                let reader = Reader { rx, process, id: request_id };
+                if reader.process.write(message).await.is_err() {
                     return Err(SendError::SessionGone);
                 }
-                let reader = Reader { rx, process, id: request_id };
                 Ok(Sent { answer: Answer::Stream(Box::new(reader)), session: None })
             }
             (None, Some(answer_id)) => {
@@ -178,7 +195,11 @@ impl Stdio {
 }
 
 impl Channel for Stdio {
-    fn send<'a>(&'a self, session: &'a SessionWire, message: &'a [u8]) -> Pending<'a, Result<Sent, SendError>> {
+    fn send<'a>(
+        &'a self,
+        session: &'a SessionWire,
+        message: &'a [u8],
+    ) -> Pending<'a, Result<Sent, SendError>> {
         Box::pin(self.write(session, message, false))
     }
 
@@ -247,7 +268,7 @@ impl Channel for Stdio {
 /// What a process links to one request (or its session's own stream); the
 /// link is dropped with the reader, which releases a process held alone.
 struct Reader {
-    rx: mpsc::Receiver<Value>,
+    rx: process::Inbox,
     process: Arc<Process>,
     /// The request's id; 0 for the session's own stream.
     id: u64,
@@ -257,7 +278,10 @@ impl Messages for Reader {
     fn next(&mut self) -> Pending<'_, Result<Value, StreamEnd>> {
         Box::pin(async move {
             match self.rx.recv().await {
-                Some(msg) => Ok(msg),
+                Some((msg, size)) => {
+                    self.process.taken(size);
+                    Ok(msg)
+                }
                 None if self.process.is_ended() => Err(self.process.end()),
                 None => Err(StreamEnd::Closed),
             }
@@ -273,6 +297,11 @@ impl Drop for Reader {
     fn drop(&mut self) {
         if self.id != 0 {
             self.process.unlink(self.id);
+        }
+        // What it never read leaves the process's budget.
+        self.rx.close();
+        while let Ok((_, size)) = self.rx.try_recv() {
+            self.process.taken(size);
         }
     }
 }
@@ -299,6 +328,8 @@ pub struct Fleet {
     retired: AtomicBool,
     /// A place or a process of a family came free.
     freed: Arc<Notify>,
+    /// Callers waiting for a place.
+    waiting: AtomicUsize,
     spawns: SpawnCounts,
     gauge: Gauge,
 }
@@ -327,6 +358,8 @@ struct SpawnCounts {
 struct Family {
     /// The `initialize` request, replayed to each process it gains.
     init: Vec<u8>,
+    /// Who its processes are for.
+    owner: Option<Arc<str>>,
     processes: Mutex<Vec<Arc<Process>>>,
     /// Processes being started for it.
     growing: AtomicUsize,
@@ -352,7 +385,7 @@ impl Family {
         token: Option<String>,
         alone: bool,
         deadline: Instant,
-    ) -> Result<(Arc<Process>, mpsc::Receiver<Value>), SendError> {
+    ) -> Result<(Arc<Process>, process::Inbox), SendError> {
         loop {
             let freed = fleet.freed.notified();
             let grow = {
@@ -375,15 +408,16 @@ impl Family {
                     continue;
                 }
                 let room = processes.len() + self.growing.load(Ordering::Acquire) < fleet.share;
-                if room && !fleet.retired.load(Ordering::Acquire) {
+                let grow = room && !fleet.retired.load(Ordering::Acquire);
+                if grow {
                     self.growing.fetch_add(1, Ordering::AcqRel);
                 }
-                room
+                grow
             };
             if grow {
-                let grown = fleet.start_for(self, deadline).await;
-                self.growing.fetch_sub(1, Ordering::AcqRel);
-                let process = grown?;
+                // Counted down however this ends (the caller may leave mid-start).
+                let _growing = Growing(&self.growing);
+                let process = fleet.start_for(self, deadline).await?;
                 self.processes.lock().expect("family lock").push(process);
                 fleet.freed.notify_waiters();
                 continue;
@@ -391,6 +425,41 @@ impl Family {
             if tokio::time::timeout_at(deadline, freed).await.is_err() {
                 return Err(SendError::Share);
             }
+        }
+    }
+}
+
+/// One more of something (a process being started for a family, a caller
+/// waiting for a place), counted down however it ends.
+struct Growing<'a>(&'a AtomicUsize);
+
+impl<'a> Growing<'a> {
+    fn new(count: &'a AtomicUsize) -> Growing<'a> {
+        count.fetch_add(1, Ordering::AcqRel);
+        Growing(count)
+    }
+}
+
+impl Drop for Growing<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A process being started: stopped if the start does not finish (its
+/// caller left), so that no process is left in no family.
+struct Starting(Option<Arc<Process>>);
+
+impl Starting {
+    fn done(mut self) -> Arc<Process> {
+        self.0.take().expect("a started process")
+    }
+}
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            p.stop();
         }
     }
 }
@@ -408,7 +477,10 @@ impl Fleet {
     ) -> Arc<Fleet> {
         let name: Arc<str> = upstream.name.as_str().into();
         let count = |outcome: &'static str| {
-            metrics.stdio_spawns.get_or_create(&SpawnLabels { upstream: upstream.name.clone(), outcome }).clone()
+            metrics
+                .stdio_spawns
+                .get_or_create(&SpawnLabels { upstream: upstream.name.clone(), outcome })
+                .clone()
         };
         let spawns = SpawnCounts {
             started: count("started"),
@@ -418,7 +490,10 @@ impl Fleet {
             refused: count("refused"),
             backoff: count("backoff"),
         };
-        let gauge = metrics.stdio_processes.get_or_create(&UpstreamNameLabels { upstream: upstream.name.clone() }).clone();
+        let gauge = metrics
+            .stdio_processes
+            .get_or_create(&UpstreamNameLabels { upstream: upstream.name.clone() })
+            .clone();
         let fleet = Arc::new(Fleet {
             name,
             places: Arc::new(Semaphore::new(command.max_processes)),
@@ -433,6 +508,7 @@ impl Fleet {
             probe: tokio::sync::Mutex::new(()),
             retired: AtomicBool::new(false),
             freed: Arc::new(Notify::new()),
+            waiting: AtomicUsize::new(0),
             spawns,
             gauge,
         });
@@ -443,8 +519,17 @@ impl Fleet {
     }
 
     /// Whether this fleet runs `command` with `env` (a reload keeps it then).
-    pub fn runs(&self, command: &StdioCommand, env: &[(String, String)]) -> bool {
-        *self.command == *command && self.env == env
+    pub fn runs(
+        &self,
+        command: &StdioCommand,
+        env: &[(String, String)],
+        max_line: usize,
+        share: usize,
+    ) -> bool {
+        *self.command == *command
+            && self.env == env
+            && self.max_line == max_line
+            && self.share == share.max(1)
     }
 
     fn family(&self, id: &str) -> Option<Arc<Family>> {
@@ -452,7 +537,12 @@ impl Fleet {
     }
 
     /// Opens a session: a process (a spare, or a new one) answers `init`.
-    async fn open(self: &Arc<Self>, init: &[u8], msg: &Value) -> Result<Sent, SendError> {
+    async fn open(
+        self: &Arc<Self>,
+        init: &[u8],
+        msg: &Value,
+        owner: Option<Arc<str>>,
+    ) -> Result<Sent, SendError> {
         if self.retired.load(Ordering::Acquire) {
             return Err(SendError::NotSent);
         }
@@ -461,6 +551,7 @@ impl Fleet {
         }
         let family = Family {
             init: init.to_vec(),
+            owner: owner.clone(),
             processes: Mutex::new(Vec::new()),
             growing: AtomicUsize::new(0),
             initialized: AtomicBool::new(false),
@@ -474,7 +565,11 @@ impl Fleet {
     }
 
     /// A process for `family`, initialized as its first was.
-    async fn start_for(self: &Arc<Self>, family: &Family, deadline: Instant) -> Result<Arc<Process>, SendError> {
+    async fn start_for(
+        self: &Arc<Self>,
+        family: &Family,
+        deadline: Instant,
+    ) -> Result<Arc<Process>, SendError> {
         let (process, _) = self.start(family, deadline).await?;
         if family.initialized.load(Ordering::Acquire) {
             let note = br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
@@ -484,7 +579,11 @@ impl Fleet {
     }
 
     /// A process that has answered `family`'s `initialize`, and its answer.
-    async fn start(self: &Arc<Self>, family: &Family, deadline: Instant) -> Result<(Arc<Process>, Value), SendError> {
+    async fn start(
+        self: &Arc<Self>,
+        family: &Family,
+        deadline: Instant,
+    ) -> Result<(Arc<Process>, Value), SendError> {
         // Until the command has started once (since it last failed), one start at a time.
         let proven = || self.starts.lock().expect("starts lock").proven;
         let _probe = match proven() {
@@ -494,10 +593,11 @@ impl Fleet {
         };
         self.backing_off()?;
         let began = Instant::now();
-        let process = match self.claim_spare() {
+        let process = match self.claim_spare(family.owner.as_ref()) {
             Some(p) => p,
-            None => self.spawn(deadline).await?,
+            None => self.spawn(deadline, family.owner.clone()).await?,
         };
+        let starting = Starting(Some(process.clone()));
         let init_id = serde_json::from_slice::<Value>(&family.init)
             .ok()
             .and_then(|m| m.get("id").and_then(Value::as_u64))
@@ -511,14 +611,20 @@ impl Fleet {
         let until = began + self.command.start_timeout;
         let answer = match tokio::time::timeout_at(until, rx.recv()).await {
             Err(_) => {
-                let e = self.failed(&process, &self.spawns.start_timeout, "did not answer initialize in time");
+                let e =
+                    self.failed(&process, &self.spawns.start_timeout, "did not answer initialize in time");
                 return Err(match e {
                     SendError::Start { .. } => SendError::Start { timed_out: true },
                     other => other,
                 });
             }
-            Ok(None) => return Err(self.failed(&process, &self.spawns.exited, "exited before answering initialize")),
-            Ok(Some(answer)) => answer,
+            Ok(None) => {
+                return Err(self.failed(&process, &self.spawns.exited, "exited before answering initialize"))
+            }
+            Ok(Some((answer, size))) => {
+                process.taken(size);
+                answer
+            }
         };
         drop(rx);
         if answer.get("result").is_none() {
@@ -530,11 +636,15 @@ impl Fleet {
         process.initialized.store(true, Ordering::Release);
         self.spawns.started.inc();
         {
+            // Failures are forgotten once a process has lived a while ([`Fleet::tend`]).
             let mut starts = self.starts.lock().expect("starts lock");
-            *starts = Starts { failures: 0, proven: true, not_before: None };
+            (starts.proven, starts.not_before) = (true, None);
         }
-        self.top_up();
-        Ok((process, answer))
+        // Off the call's path, and off the async workers: spawning blocks
+        // the thread until the child has started its program.
+        let fleet = self.clone();
+        tokio::task::spawn_blocking(move || fleet.top_up());
+        Ok((starting.done(), answer))
     }
 
     /// Refuses a start while the command is backed off.
@@ -552,11 +662,28 @@ impl Fleet {
     /// A failed start: the process stopped, the command backed off.
     fn failed(&self, process: &Process, count: &Counter, why: &str) -> SendError {
         process.stop();
-        count.inc();
-        let delay = self.back_off();
-        tracing::warn!(upstream = %self.name, pid = process.pid, command = %self.command.argv[0],
-            retry_in_ms = delay.as_millis() as u64, "upstream process {why}");
+        // Once per process, whether its start or its owner task saw it first.
+        if process.claim_failure() {
+            count.inc();
+            let delay = self.back_off();
+            tracing::warn!(upstream = %self.name, pid = process.pid, command = %self.command.argv[0],
+                retry_in_ms = delay.as_millis() as u64, "upstream process {why}");
+        }
         SendError::Start { timed_out: false }
+    }
+
+    /// A process that exited on its own soon after it started: the first
+    /// is replaced at once; from the second on (until one lives
+    /// [`HEALTHY_AFTER`]), starts are backed off.
+    fn crashed(&self) {
+        let mut starts = self.starts.lock().expect("starts lock");
+        starts.failures = starts.failures.saturating_add(1);
+        if starts.failures >= 2 {
+            let delay = BACKOFF_FIRST.saturating_mul(1 << (starts.failures - 2).min(6)).min(BACKOFF_MAX);
+            starts.not_before = Some(Instant::now() + delay);
+            tracing::warn!(upstream = %self.name, crashes = starts.failures, retry_in_ms = delay.as_millis() as u64,
+                "upstream processes keep exiting soon after they start");
+        }
     }
 
     /// One more failed start: no start until the (doubling) delay has passed.
@@ -564,25 +691,64 @@ impl Fleet {
         let mut starts = self.starts.lock().expect("starts lock");
         starts.failures = starts.failures.saturating_add(1);
         starts.proven = false;
-        let delay = BACKOFF_FIRST.saturating_mul(1 << starts.failures.saturating_sub(1).min(6)).min(BACKOFF_MAX);
+        let delay =
+            BACKOFF_FIRST.saturating_mul(1 << starts.failures.saturating_sub(1).min(6)).min(BACKOFF_MAX);
         starts.not_before = Some(Instant::now() + delay);
         delay
     }
 
-    /// A spare that is still alive, if any.
-    fn claim_spare(&self) -> Option<Arc<Process>> {
+    /// A spare that is still alive, claimed for `owner`, if any (and the
+    /// owner may have one more process).
+    fn claim_spare(&self, owner: Option<&Arc<str>>) -> Option<Arc<Process>> {
+        if owner.is_some_and(|o| self.owned_by(o) >= self.per_owner()) {
+            return None;
+        }
         let mut spares = self.spares.lock().expect("spares lock");
         while let Some(p) = spares.pop() {
-            if !p.is_ended() {
+            if !p.is_ended() && !p.stop_asked() {
+                p.claim(owner);
                 return Some(p);
             }
         }
         None
     }
 
+    /// Processes one principal may have: its session share, and never all
+    /// of the upstream's (when there are two or more).
+    fn per_owner(&self) -> usize {
+        let max = self.command.max_processes;
+        self.share.min(if max > 1 { max - 1 } else { max })
+    }
+
+    /// Live processes that are `owner`'s (stopping ones included).
+    fn owned_by(&self, owner: &Arc<str>) -> usize {
+        let live = self.live.lock().expect("live lock");
+        live.values().filter_map(Weak::upgrade).filter(|p| p.owner() == Some(owner)).count()
+    }
+
     /// Spawns a process once a place is free (stopping an idle one to make
     /// room), waiting until `deadline` at most.
-    async fn spawn(self: &Arc<Self>, deadline: Instant) -> Result<Arc<Process>, SendError> {
+    async fn spawn(
+        self: &Arc<Self>,
+        deadline: Instant,
+        owner: Option<Arc<str>>,
+    ) -> Result<Arc<Process>, SendError> {
+        // The caller's own share first: one of its idle processes makes room,
+        // or one of its calls ends; else 429.
+        if let Some(o) = &owner {
+            loop {
+                if self.owned_by(o) < self.per_owner() {
+                    break;
+                }
+                let freed = self.freed.notified();
+                self.make_room(Some(o));
+                tokio::select! {
+                    _ = freed => {}
+                    _ = tokio::time::sleep(EVICT_AFTER / 4) => {}
+                    _ = tokio::time::sleep_until(deadline) => return Err(SendError::Share),
+                }
+            }
+        }
         let place = match self.places.clone().try_acquire_owned() {
             Ok(place) => place,
             Err(_) => {
@@ -590,9 +756,10 @@ impl Fleet {
                 // idle process each time a request ends and one may have gone idle.
                 let queued = self.places.clone().acquire_owned();
                 tokio::pin!(queued);
+                let _waiting = Growing::new(&self.waiting);
                 loop {
                     let freed = self.freed.notified();
-                    self.make_room();
+                    self.make_room(None);
                     tokio::select! {
                         place = &mut queued => match place {
                             Ok(place) => break place,
@@ -606,11 +773,20 @@ impl Fleet {
                 }
             }
         };
-        self.spawn_with(place)
+        self.spawn_with(place, owner)
     }
 
-    fn spawn_with(self: &Arc<Self>, place: OwnedSemaphorePermit) -> Result<Arc<Process>, SendError> {
-        let spawned = match process::spawn(&self.command, &self.env, self.freed.clone()) {
+    fn spawn_with(
+        self: &Arc<Self>,
+        place: OwnedSemaphorePermit,
+        owner: Option<Arc<str>>,
+    ) -> Result<Arc<Process>, SendError> {
+        // Retired (a reload, shutdown) while this one waited for a place.
+        if self.retired.load(Ordering::Acquire) {
+            return Err(SendError::NotSent);
+        }
+        let budget = self.max_line.saturating_mul(2);
+        let spawned = match process::spawn(&self.command, &self.env, self.freed.clone(), owner, budget) {
             Ok(s) => s,
             Err(e) => {
                 self.spawns.spawn_error.inc();
@@ -635,9 +811,17 @@ impl Fleet {
             gauge.dec();
             if let Some(fleet) = weak_done.upgrade() {
                 fleet.live.lock().expect("live lock").remove(&p.pid);
-                // A spare that exited on its own: the command is failing.
-                if !p.initialized.load(Ordering::Acquire) && !p.stop_asked() {
-                    fleet.failed(p, &fleet.spawns.exited, "exited before initialize");
+                // A process that exited on its own before answering
+                // initialize (a spare): the command is failing. One that
+                // exits soon after it: once is replaced at once, again and
+                // again is backed off.
+                if !p.stop_asked() && p.claim_failure() {
+                    if !p.initialized.load(Ordering::Acquire) {
+                        fleet.spawns.exited.inc();
+                        fleet.back_off();
+                    } else if p.age() < HEALTHY_AFTER {
+                        fleet.crashed();
+                    }
                 }
                 fleet.freed.notify_waiters();
             }
@@ -653,16 +837,26 @@ impl Fleet {
             Unlinked::Request { id, method } => {
                 tracing::debug!(upstream = %self.name, pid = process.pid, %method,
                     "upstream process asked what no call can answer: refused");
-                let p = process.clone();
-                tokio::spawn(async move { p.write(&process::refusal(&id, &method)).await });
+                // Queued without waiting: a process that reads nothing is stopped.
+                process.try_write(&process::refusal(&id, &method));
             }
             Unlinked::Notification(msg) => {
                 let method = msg.get("method").and_then(Value::as_str).unwrap_or_default();
                 if method == "notifications/message" {
                     let level = msg.pointer("/params/level").and_then(Value::as_str).unwrap_or("info");
-                    let mut data = msg.pointer("/params/data").map(Value::to_string).unwrap_or_default();
-                    data.truncate(2048);
-                    tracing::info!(upstream = %self.name, pid = process.pid, level, "upstream log: {data}");
+                    let (log, dropped) = process.log_limit.lock().unwrap_or_else(|e| e.into_inner()).allow();
+                    if log {
+                        let data = msg.pointer("/params/data").map(Value::to_string).unwrap_or_default();
+                        let cut = data
+                            .char_indices()
+                            .map(|(i, _)| i)
+                            .take_while(|i| *i <= 2048)
+                            .last()
+                            .unwrap_or(0);
+                        let data = if data.len() > 2048 { &data[..cut] } else { &data[..] };
+                        tracing::info!(upstream = %self.name, pid = process.pid, level,
+                            dropped_before = dropped.unwrap_or(0), "upstream log: {data}");
+                    }
                 } else {
                     tracing::debug!(upstream = %self.name, pid = process.pid, method, "upstream notification dropped");
                 }
@@ -670,16 +864,28 @@ impl Fleet {
         }
     }
 
-    /// At the cap: stops a spare, or the process idle longest; its place
-    /// comes free once it is reaped.
-    fn make_room(&self) {
-        if let Some(p) = self.spares.lock().expect("spares lock").pop() {
-            p.stop();
+    /// At the cap (or `owner`'s share): stops a spare, or the process idle
+    /// longest (`owner`'s own); its place comes free once it is reaped. No
+    /// more are stopping at once than callers wait for a place.
+    fn make_room(&self, owner: Option<&Arc<str>>) {
+        let stopping = {
+            let live = self.live.lock().expect("live lock");
+            live.values().filter_map(Weak::upgrade).filter(|p| p.stop_asked()).count()
+        };
+        if stopping >= self.waiting.load(Ordering::Acquire).max(1) {
             return;
+        }
+        if owner.is_none() {
+            if let Some(p) = self.spares.lock().expect("spares lock").pop() {
+                p.stop();
+                return;
+            }
         }
         let idle = {
             let families = self.families.lock().expect("families lock");
-            let processes = families.values().flat_map(|f| f.processes.lock().expect("family lock").clone());
+            let mine = |f: &&Arc<Family>| owner.is_none() || f.owner.as_ref() == owner;
+            let processes =
+                families.values().filter(mine).flat_map(|f| f.processes.lock().expect("family lock").clone());
             // A session just opened has not had its first call yet: spared a while.
             let evictable = |p: &Arc<Process>| !p.fresh(ADMISSION_WAIT);
             let idle = processes.filter(evictable).filter_map(|p| Some((p.idle()?, p)));
@@ -695,7 +901,8 @@ impl Fleet {
 
     /// Spawns spares up to `spare_processes`, without waiting for a place.
     fn top_up(self: &Arc<Self>) {
-        if self.retired.load(Ordering::Acquire) || !self.starts.lock().expect("starts lock").proven {
+        // Not while the command is failing (a spare that exits at once would be a spawn loop).
+        if self.retired.load(Ordering::Acquire) || self.starts.lock().expect("starts lock").failures > 0 {
             return;
         }
         loop {
@@ -706,7 +913,7 @@ impl Fleet {
             }
             let Ok(place) = self.places.clone().try_acquire_owned() else { return };
             drop(spares);
-            let Ok(p) = self.spawn_with(place) else { return };
+            let Ok(p) = self.spawn_with(place, None) else { return };
             self.spares.lock().expect("spares lock").push(p);
         }
     }
@@ -733,14 +940,17 @@ impl Fleet {
     /// Stops every process now and waits (bounded) until all are reaped.
     pub async fn stop_all(&self) {
         self.retired.store(true, Ordering::Release);
-        let live: Vec<Arc<Process>> =
-            self.live.lock().expect("live lock").values().filter_map(Weak::upgrade).collect();
-        for p in &live {
-            p.stop();
+        let until = Instant::now() + process::STOP_GRACE + Duration::from_secs(2);
+        // Again until every place is back: a start that was waiting for a
+        // place when this began may have spawned since.
+        while self.processes() > 0 && Instant::now() < until {
+            for p in self.live.lock().expect("live lock").values().filter_map(Weak::upgrade) {
+                p.stop();
+            }
+            let freed = self.freed.notified();
+            let _ = tokio::time::timeout(Duration::from_millis(100), freed).await;
         }
-        let all = self.command.max_processes as u32;
-        let reaped = self.places.acquire_many(all);
-        if tokio::time::timeout(process::STOP_GRACE + Duration::from_secs(2), reaped).await.is_err() {
+        if self.processes() > 0 {
             tracing::warn!(upstream = %self.name, "upstream processes still stopping at exit");
         }
     }
@@ -771,11 +981,19 @@ impl Fleet {
             let Some(fleet) = fleet.upgrade() else { return };
             let retired = fleet.retired.load(Ordering::Acquire);
             fleet.stop_idle(if retired { Duration::ZERO } else { idle });
+            let healthy = {
+                let live = fleet.live.lock().expect("live lock");
+                let mut processes = live.values().filter_map(Weak::upgrade);
+                processes.any(|p| p.initialized.load(Ordering::Acquire) && p.age() >= HEALTHY_AFTER)
+            };
+            if healthy {
+                fleet.starts.lock().expect("starts lock").failures = 0;
+            }
             if retired {
                 if fleet.processes() == 0 {
                     return;
                 }
-            } else if fleet.starts.lock().expect("starts lock").not_before.is_none_or(|t| Instant::now() >= t) {
+            } else {
                 fleet.top_up();
             }
         }
