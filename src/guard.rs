@@ -88,6 +88,54 @@ fn host(config: &Config, authority: Option<&Authority>, headers: &HeaderMap) -> 
     }
 }
 
+/// The Host rule of the gateway's own pages (`/status`, `/metrics`), on
+/// any listener: every name the request gives (and it gives one) is in
+/// `allowed_hosts` when the file sets it, else a loopback name (`localhost`,
+/// `127.x.y.z`, `[::1]`); either way the address the connection came in on
+/// (`local`: the listen address, or a wildcard listener's interface) is
+/// accepted too. An IP literal cannot be rebound, so a browser sends it only
+/// to pages of that very origin; a name (`evil.example` resolving to this
+/// host) is what DNS rebinding uses, and is refused.
+pub fn ops_host(
+    config: &Config,
+    authority: Option<&Authority>,
+    headers: &HeaderMap,
+    local: std::net::IpAddr,
+) -> Result<(), Error> {
+    let allowed = |authority: &str| {
+        let host = hostname(authority);
+        let literal = host.trim_start_matches('[').trim_end_matches(']');
+        let is_local =
+            literal.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.to_canonical() == local.to_canonical());
+        is_local
+            || match &config.ops_hosts {
+                Some(list) => list.iter().any(|a| a.eq_ignore_ascii_case(host)),
+                None => {
+                    host.eq_ignore_ascii_case("localhost")
+                        || literal.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+                }
+            }
+    };
+    let mut named = false;
+    if let Some(authority) = authority {
+        named = true;
+        if !allowed(authority.as_str()) {
+            return Err(Error::HostNotAllowed);
+        }
+    }
+    for value in headers.get_all(header::HOST) {
+        named = true;
+        if !value.to_str().is_ok_and(allowed) {
+            return Err(Error::HostNotAllowed);
+        }
+    }
+    if named {
+        Ok(())
+    } else {
+        Err(Error::HostNotAllowed)
+    }
+}
+
 /// An `Origin` that is present must be a loopback origin, listed in the
 /// config, or one the route's CORS allows (the Host check still applies).
 fn origin(config: &Config, cors: Option<&Cors>, headers: &HeaderMap) -> Result<(), Error> {
@@ -233,6 +281,46 @@ mod tests {
         let mut open = cfg();
         open.allowed_hosts = None;
         assert!(check(&open, None, &Method::POST, None, &json).is_ok(), "a public listener checks no host");
+    }
+
+    #[test]
+    fn the_gateway_pages_host_rule() {
+        let loopback: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+        let host = |v: &str| h(&[("host", v)]);
+        let mut wildcard = cfg();
+        wildcard.listen = "0.0.0.0:8080".parse().unwrap();
+        wildcard.allowed_hosts = None;
+        for c in [cfg(), wildcard] {
+            for ok in ["localhost", "LOCALHOST:8080", "127.0.0.1:8080", "127.0.0.2", "[::1]:8080"] {
+                assert!(ops_host(&c, None, &host(ok), loopback).is_ok(), "{ok}");
+            }
+            for refused in ["evil.example", "evil.example:8080", "10.0.0.5:8080", "localhost.evil.example"] {
+                assert!(ops_host(&c, None, &host(refused), loopback).is_err(), "{refused}");
+            }
+            assert!(ops_host(&c, None, &HeaderMap::new(), loopback).is_err(), "no host named");
+            // A wildcard listener reached on an interface address: that address, as a literal.
+            let pod: std::net::IpAddr = "10.0.0.5".parse().unwrap();
+            assert!(ops_host(&c, None, &host("10.0.0.5:8080"), pod).is_ok());
+            assert!(ops_host(&c, None, &host("10.0.0.6:8080"), pod).is_err());
+            let v4_mapped: std::net::IpAddr = "::ffff:10.0.0.5".parse().unwrap();
+            assert!(ops_host(&c, None, &host("10.0.0.5"), v4_mapped).is_ok());
+            let evil: Authority = "evil.example".parse().unwrap();
+            assert!(
+                ops_host(&c, Some(&evil), &host("localhost"), loopback).is_err(),
+                ":authority checked too"
+            );
+        }
+        let mut listed = cfg();
+        listed.ops_hosts = Some(vec!["gw.example".into()]);
+        assert!(ops_host(&listed, None, &host("gw.example:443"), loopback).is_ok());
+        assert!(
+            ops_host(&listed, None, &host("localhost"), loopback).is_err(),
+            "the list replaces loopback names"
+        );
+        assert!(
+            ops_host(&listed, None, &host("127.0.0.1"), loopback).is_ok(),
+            "the connection's own address"
+        );
     }
 
     #[test]

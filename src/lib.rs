@@ -25,6 +25,7 @@ pub mod reply;
 pub mod seal;
 pub mod sealed;
 pub mod server;
+pub mod status;
 pub mod tls;
 pub mod upstream;
 pub mod versions;
@@ -199,6 +200,11 @@ async fn start(config: Config, source: Option<reload::Source>) -> std::io::Resul
         server::Gateway::new(config, cluster_tls.as_ref(), stop.clone()).map_err(std::io::Error::other)?,
     );
     let certs = gateway.certs().cloned();
+    let mut bound = vec![status::Bound { kind: "public", address: addr, tls: certs.is_some() }];
+    if let Some(address) = internal_addr {
+        bound.push(status::Bound { kind: "internal", address, tls: cluster_tls.is_some() });
+    }
+    gateway.bound(bound);
     // The first generation's tasks: what each `auto` upstream speaks
     // (found now rather than on the first request), health probes, rate
     // limit sweeps, JWKS refreshes.

@@ -80,7 +80,7 @@ impl Reloader {
         let outcome = match self.source.load_off_runtime().await {
             Ok(config) => self.gateway.reload(config).await,
             Err(e) => {
-                self.gateway.reload_failed();
+                self.gateway.reload_failed(&e.0);
                 Err(e.0)
             }
         };

@@ -1,5 +1,5 @@
 //! The listener and the request pipeline: guard → read body → front → route →
-//! bridge → respond. Also `/metrics`, `/healthz` and `/readyz`.
+//! bridge → respond. Also `/metrics`, `/healthz`, `/readyz` and `/status`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -74,6 +74,11 @@ pub struct Gateway {
     gate: Option<cluster::Gate>,
     /// Where finished requests' records go (spans, when OTLP is configured).
     sinks: crate::observe::Sinks,
+    /// The listeners bound (set once they are), for `/status`.
+    listeners: std::sync::OnceLock<Vec<crate::status::Bound>>,
+    /// The configuration's generation and its reloads, for `/status`.
+    reloads: crate::status::Reloads,
+    started: std::time::SystemTime,
 }
 
 impl Gateway {
@@ -119,6 +124,9 @@ impl Gateway {
             metrics,
             registry,
             draining: AtomicBool::new(false),
+            listeners: std::sync::OnceLock::new(),
+            reloads: crate::status::Reloads::new(),
+            started: std::time::SystemTime::now(),
         })
     }
 
@@ -161,7 +169,7 @@ impl Gateway {
         let (next, report) = match outcome {
             Ok(prepared) => prepared,
             Err(e) => {
-                self.reload_failed();
+                self.reload_failed(&e);
                 return Err(e);
             }
         };
@@ -175,12 +183,20 @@ impl Gateway {
         self.metrics.config_reloads.get_or_create(&OutcomeOnlyLabels { outcome: "applied" }).inc();
         self.metrics.config_restart_required.set(i64::from(!report.needs_restart.is_empty()));
         self.metrics.config_last_reload.set(crate::seal::unix_now() as i64);
+        self.reloads.applied(&report);
         Ok(report)
     }
 
-    /// Counts a reload that changed nothing (a bad file, a secret missing).
-    pub fn reload_failed(&self) {
+    /// Counts a reload that changed nothing (a bad file, a secret missing),
+    /// and keeps `why` for `/status`.
+    pub fn reload_failed(&self, why: &str) {
         self.metrics.config_reloads.get_or_create(&OutcomeOnlyLabels { outcome: "rejected" }).inc();
+        self.reloads.rejected(why);
+    }
+
+    /// The listeners bound (once, at start), for `/status`.
+    pub fn bound(&self, listeners: Vec<crate::status::Bound>) {
+        let _ = self.listeners.set(listeners);
     }
 
     pub fn sessions(&self) -> &Arc<sessions::Bridge> {
@@ -208,9 +224,20 @@ impl Gateway {
         );
     }
 
-    pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    pub async fn handle(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        peer: Peer,
+    ) -> Result<Response<Body>, Infallible> {
         // The live configuration once per request, and the request's route in it.
         let live = self.live.load_full();
+        // The gateway's own pages: never a route's (no route can take their
+        // paths), so never behind a route's auth or CORS.
+        match req.uri().path() {
+            "/status" => return Ok(self.status(&live, &req, peer)),
+            "/metrics" => return Ok(self.metrics_text(&live, &req, peer)),
+            _ => {}
+        }
         let found = live.route(|| request_host(&req), req.uri().path());
         // CORS: the route's policy, or the server's (for `/.well-known/`).
         let cors = match &found {
@@ -245,7 +272,6 @@ impl Gateway {
                 reply::text(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "draining\n".into())
             }
             "/readyz" => self.readiness(),
-            "/metrics" => self.metrics_text(),
             path if path.starts_with(crate::auth::METADATA_PATH) => {
                 let host = request_host(&req).map(crate::config::request_host);
                 crate::auth::metadata(&live.config, host.as_deref(), path)
@@ -325,7 +351,15 @@ impl Gateway {
         self.live.load().targets.clone()
     }
 
-    fn metrics_text(&self) -> Response<Body> {
+    /// `/metrics`, for a request that names an allowed host
+    /// ([`crate::guard::ops_host`]: a page of loopback rebound to a
+    /// foreign name cannot read it).
+    fn metrics_text(&self, live: &Live, req: &Request<Incoming>, peer: Peer) -> Response<Body> {
+        if crate::guard::ops_host(&live.config, req.uri().authority(), req.headers(), peer.local.ip())
+            .is_err()
+        {
+            return host_refused();
+        }
         let mut out = String::new();
         match prometheus_client::encoding::text::encode(&mut out, &self.registry) {
             Ok(()) => {
@@ -333,6 +367,38 @@ impl Gateway {
             }
             Err(_) => reply::empty(StatusCode::INTERNAL_SERVER_ERROR),
         }
+    }
+
+    /// `/status`: 404 to a peer outside `[server] status_allowed` (the page
+    /// is not there for it, as any unknown path), 403 to a request naming a
+    /// host the Host rule refuses, else the page (HTML, or JSON when asked).
+    fn status(&self, live: &Live, req: &Request<Incoming>, peer: Peer) -> Response<Body> {
+        let ip = peer.remote.ip();
+        if !live.config.status_allowed.iter().any(|range| range.contains(ip)) {
+            return reply::text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into());
+        }
+        if crate::guard::ops_host(&live.config, req.uri().authority(), req.headers(), peer.local.ip())
+            .is_err()
+        {
+            return host_refused();
+        }
+        if !matches!(*req.method(), http::Method::GET | http::Method::HEAD) {
+            let mut resp = reply::text(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "GET only\n".into());
+            resp.headers_mut().insert(http::header::ALLOW, http::HeaderValue::from_static("GET, HEAD"));
+            return resp;
+        }
+        let listeners = self.listeners.get().map(Vec::as_slice).unwrap_or_default();
+        let page = crate::status::Page::gather(&crate::status::Sources {
+            live,
+            metrics: &self.metrics,
+            listeners,
+            reloads: &self.reloads,
+            started: self.started,
+            draining: self.draining.load(Ordering::SeqCst),
+            parked_flows: self.sessions.parked_flows(),
+            pooled_sessions: self.sessions.pool().len(),
+        });
+        page.respond(req.headers())
     }
 
     /// Refuses a modern request (or one whose generation is not known yet).
@@ -971,6 +1037,23 @@ fn ask<'c>(resumes: bool, target: &Target, call: &'c front::Call) -> crate::brid
     crate::bridge::Ask { tool, resumes: resumes && !target.route.replays(tool) }
 }
 
+/// The 403 of the gateway's own pages to a host the Host rule refuses.
+fn host_refused() -> Response<Body> {
+    let text = "forbidden: this Host is not allowed here (server.allowed_hosts; by default loopback names \
+                and the address the gateway listens on)\n";
+    reply::text(StatusCode::FORBIDDEN, "text/plain", text.into())
+}
+
+/// The two ends of a client connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer {
+    /// The client's address.
+    pub remote: SocketAddr,
+    /// The gateway's address it connected to (a wildcard listener's
+    /// interface address).
+    pub local: SocketAddr,
+}
+
 /// Which listener a connection came in on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Listener {
@@ -1018,7 +1101,7 @@ pub async fn serve(
                 }
             }
         };
-        let (stream, _peer): (_, SocketAddr) = tokio::select! {
+        let (stream, remote): (_, SocketAddr) = tokio::select! {
             _ = stop.cancelled() => break,
             accepted = listener.accept() => match accepted {
                 Ok(a) => { backoff = ACCEPT_BACKOFF_MIN; a }
@@ -1034,8 +1117,10 @@ pub async fn serve(
             },
         };
         let _ = stream.set_nodelay(true);
+        let Ok(local) = stream.local_addr() else { continue };
         let conn = Connection {
             gateway: gateway.clone(),
+            peer: Peer { remote, local },
             kind,
             builders: builders.clone(),
             watcher: graceful.watcher(),
@@ -1052,6 +1137,7 @@ pub async fn serve(
 /// One accepted client connection, served in a task of its own.
 struct Connection {
     gateway: Arc<Gateway>,
+    peer: Peer,
     kind: Listener,
     builders: Arc<crate::conn::Builders>,
     watcher: hyper_util::server::graceful::Watcher,
@@ -1068,13 +1154,13 @@ impl Connection {
         slot: OwnedSemaphorePermit,
     ) {
         let watch = crate::conn::Watch::new();
-        let (gw, kind, requests) = (self.gateway.clone(), self.kind, watch.clone());
+        let (gw, kind, requests, peer) = (self.gateway.clone(), self.kind, watch.clone(), self.peer);
         let service = hyper::service::service_fn(move |req: Request<Incoming>| {
             let (gw, busy) = (gw.clone(), requests.begin());
             let record = crate::observe::Record::new(req.headers(), gw.sinks.clone());
             async move {
                 let resp = match kind {
-                    Listener::Public => record.clone().scope(gw.handle(req)).await,
+                    Listener::Public => record.clone().scope(gw.handle(req, peer)).await,
                     Listener::Internal => record.clone().scope(gw.internal(req)).await,
                 };
                 let mut resp = resp?;

@@ -169,6 +169,10 @@ impl Services {
         let route = target.route.id.as_str();
         let seconds = started.elapsed().as_secs_f64();
         target.counts.count(&self.metrics, route, (client, upstream, method, outcome), seconds);
+        // A federated route's failures are its members', counted per member.
+        if !target.federated() && crate::status::upstream_failed(outcome) {
+            target.errors.add();
+        }
         if method == "tools/call" {
             if let Some(tool) = crate::observe::labelled_tool() {
                 let labels = crate::metrics::ToolLabels { route: route.to_string(), tool };

@@ -46,6 +46,9 @@ pub struct Target {
     breaker_was_open: AtomicBool,
     /// The route's request counters and duration histograms, resolved once.
     pub counts: Counts,
+    /// Requests the upstream failed lately (for `/status`): kept by a
+    /// reload that keeps the upstream.
+    pub errors: Arc<crate::status::Recent>,
     /// A federated route's members, in the configured order (DESIGN §11);
     /// empty for a route onto one upstream. A federated target has no
     /// instances of its own.
@@ -178,6 +181,7 @@ impl Target {
             breaker,
             breaker_was_open: AtomicBool::new(was_open),
             counts: Counts::default(),
+            errors: same.map(|t| t.errors.clone()).unwrap_or_default(),
             members: Vec::new(),
         }
     }
@@ -210,6 +214,7 @@ impl Target {
             breaker: Gauge::default(),
             breaker_was_open: AtomicBool::new(false),
             counts: Counts::default(),
+            errors: Arc::default(),
             members,
         }
     }

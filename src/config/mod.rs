@@ -2,6 +2,7 @@
 //! runtime table, or the same table built from `--upstream`.
 
 mod check;
+pub mod cidr;
 pub mod file;
 pub mod keys;
 mod outside;
@@ -24,6 +25,8 @@ pub use outside::{Need, Outside, Source};
 pub use raw::RawConfig;
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// Paths the gateway answers itself on its public listener: no route may take them.
+pub const RESERVED_PATHS: [&str; 4] = ["/metrics", "/healthz", "/readyz", "/status"];
 pub use crate::versions::LEGACY as LEGACY_VERSIONS;
 
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +44,12 @@ pub struct Config {
     pub allowed_origins: Vec<String>,
     /// `None`: any Host is accepted.
     pub allowed_hosts: Option<Vec<String>>,
+    /// `allowed_hosts` as the file writes it (`None`: unset). `/status` and
+    /// `/metrics` accept these hosts, or, when unset, loopback names and the
+    /// address the connection came in on, whatever the listener.
+    pub ops_hosts: Option<Vec<String>>,
+    /// Peers that may read `/status` (others get 404).
+    pub status_allowed: Vec<cidr::Cidr>,
     pub drain_timeout: Duration,
     pub keepalive_interval: Duration,
     pub connections: ConnLimits,
@@ -477,6 +486,15 @@ fn validate(raw: RawConfig, text: &str, outside: &Outside) -> Result<Config, Con
             at(text, "max_buffered_body_bytes")
         )));
     }
+    let status_allowed = match &raw.server.status_allowed {
+        None => cidr::loopback(),
+        Some(list) => list
+            .iter()
+            .map(|c| cidr::Cidr::parse(c))
+            .collect::<Result<_, _>>()
+            .map_err(|e| ConfigError(format!("{}status_allowed: {e}", at(text, "status_allowed"))))?,
+    };
+    let ops_hosts = raw.server.allowed_hosts.clone();
     let allowed_hosts = match raw.server.allowed_hosts {
         Some(h) => Some(h),
         None if listen.ip().is_loopback() => {
@@ -492,6 +510,8 @@ fn validate(raw: RawConfig, text: &str, outside: &Outside) -> Result<Config, Con
         listen,
         allowed_origins: raw.server.allowed_origins.unwrap_or_default(),
         allowed_hosts,
+        ops_hosts,
+        status_allowed,
         drain_timeout: ms(raw.server.drain_timeout_ms, 10_000),
         keepalive_interval: ms(raw.server.keepalive_interval_ms, 15_000),
         connections,
@@ -875,8 +895,20 @@ fn route(
             )))
         }
     };
-    if !r.path.starts_with('/') || matches!(r.path.as_str(), "/metrics" | "/healthz" | "/readyz") {
-        return Err(ConfigError(format!("{}invalid route path `{}`", at(text, &r.path), r.path)));
+    if !r.path.starts_with('/') {
+        return Err(ConfigError(format!(
+            "{}invalid route path `{}` (a path starts with `/`, e.g. \"/mcp\")",
+            at(text, &r.path),
+            r.path
+        )));
+    }
+    if RESERVED_PATHS.contains(&r.path.as_str()) {
+        return Err(ConfigError(format!(
+            "{}route path `{}` is the gateway's own ({} are reserved): choose another path",
+            at(text, &format!("\"{}\"", r.path)),
+            r.path,
+            RESERVED_PATHS.join(", ")
+        )));
     }
     let known = |name: &str| {
         upstreams

@@ -40,6 +40,8 @@ pub struct RawServer {
     pub allowed_origins: Option<Vec<String>>,
     /// Host header values allowed; default: loopback hosts when the listener is loopback, any otherwise.
     pub allowed_hosts: Option<Vec<String>>,
+    /// Peers (IP addresses or CIDR ranges) that may read `/status`; default loopback.
+    pub status_allowed: Option<Vec<String>>,
     pub drain_timeout_ms: Option<u64>,
     /// SSE comment interval on long answers (not a connection timeout).
     pub keepalive_interval_ms: Option<u64>,

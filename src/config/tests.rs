@@ -339,3 +339,46 @@ fn configured_origins_are_bare_origins() {
         assert!(!super::valid_origin(bad), "{bad}");
     }
 }
+
+#[test]
+fn reserved_paths_are_refused_by_name() {
+    for path in RESERVED_PATHS {
+        let bad = GOOD.replace("path = \"/mcp\"", &format!("path = \"{path}\""));
+        let err = Config::from_toml(&bad).unwrap_err().0;
+        assert!(err.contains(&format!("route path `{path}` is the gateway's own")), "{err}");
+        assert!(err.contains("/status") && err.contains("choose another path"), "{err}");
+        assert!(err.starts_with("line 10: "), "{err}");
+    }
+    let err = Config::from_toml(&GOOD.replace("path = \"/mcp\"", "path = \"mcp\"")).unwrap_err().0;
+    assert!(err.contains("a path starts with `/`"), "{err}");
+    // Only the exact paths are the gateway's.
+    assert!(Config::from_toml(&GOOD.replace("path = \"/mcp\"", "path = \"/status/mcp\"")).is_ok());
+}
+
+#[test]
+fn status_allowed_defaults_to_loopback_and_takes_addresses_and_ranges() {
+    let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+    let c = Config::from_toml(GOOD).unwrap();
+    assert!(c.status_allowed.iter().any(|r| r.contains(ip("127.0.0.1"))));
+    assert!(c.status_allowed.iter().any(|r| r.contains(ip("::1"))));
+    assert!(!c.status_allowed.iter().any(|r| r.contains(ip("10.0.0.1"))));
+    assert_eq!(c.ops_hosts, None, "allowed_hosts unset");
+    let set = GOOD.replace(
+        "listen = \"127.0.0.1:9999\"",
+        "listen = \"127.0.0.1:9999\"\nstatus_allowed = [\"10.0.0.0/8\", \"192.168.1.7\"]\nallowed_hosts = [\"gw.example\"]",
+    );
+    let c = Config::from_toml(&set).unwrap();
+    assert!(c.status_allowed.iter().any(|r| r.contains(ip("10.9.8.7"))));
+    assert!(c.status_allowed.iter().any(|r| r.contains(ip("192.168.1.7"))));
+    assert!(!c.status_allowed.iter().any(|r| r.contains(ip("127.0.0.1"))), "the list replaces the default");
+    assert_eq!(c.ops_hosts, Some(vec!["gw.example".to_string()]));
+    let none =
+        GOOD.replace("listen = \"127.0.0.1:9999\"", "listen = \"127.0.0.1:9999\"\nstatus_allowed = []");
+    assert!(Config::from_toml(&none).unwrap().status_allowed.is_empty(), "[]: nobody");
+    let bad = GOOD.replace(
+        "listen = \"127.0.0.1:9999\"",
+        "listen = \"127.0.0.1:9999\"\nstatus_allowed = [\"10.0.0.1/8\"]",
+    );
+    let err = Config::from_toml(&bad).unwrap_err().0;
+    assert!(err.contains("line 4: status_allowed: `10.0.0.1/8` has host bits set"), "{err}");
+}

@@ -279,6 +279,9 @@ impl<L: UpstreamHalf, M: UpstreamHalf> Federation<L, M> {
             ))
         );
         member.up.set(i64::from(!down));
+        if crate::status::upstream_failed(outcome.label()) {
+            member.target.errors.add();
+        }
         let labels = MemberOutcomeLabels {
             route: member.target.route.member_of.clone().unwrap_or_default(),
             member: member.name.clone(),
