@@ -194,6 +194,14 @@ def federated(addr):
             fail(f"/all {member}__echo", f"unexpected answer: {msg}")
 
 
+def stdio(addr):
+    """A stdio upstream: its process started by the call, which it answers."""
+    msg = call(addr, "/stdio", "echo", {"text": "over stdio"})
+    text = msg.get("result", {}).get("content", [{}])[0].get("text", "")
+    if "over stdio" not in text:
+        fail("/stdio echo", f"unexpected answer: {msg}")
+
+
 def stale_header(addr):
     status, _, text = modern(addr, "/mcp", "tools/list", headers={"Mcp-Session-Id": "stale"})
     if status != 200:
@@ -275,6 +283,7 @@ def main():
         leave_mid_call(addr)
         listen(addr)
         federated(addr)
+        stdio(addr)
         stale_header(addr)
         legacy_calls(addr)
         legacy_question(addr)

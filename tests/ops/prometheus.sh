@@ -90,6 +90,10 @@ max_concurrent_requests = 1
 name = "modern"
 url = "http://127.0.0.1:$UPM/mcp"
 
+[[upstreams]]
+name = "stdio"                   # a program spawned and spoken to over stdio (the test fake)
+command = ["$(python3 -c 'import sys; print(sys.executable)')", "$ROOT/tests/support/stdio_fake.py"]
+
 [auth.machines]
 type = "api_key"
 keys_file = "$WORK/keys.txt"
@@ -111,6 +115,10 @@ upstream = "modern"
 path = "/private"
 upstream = "legacy"
 auth = "machines"
+
+[[routes]]
+path = "/stdio"
+upstream = "stdio"
 
 [[routes]]
 path = "/all"                    # federated: both demo servers behind one endpoint
