@@ -163,6 +163,9 @@ impl Stdio {
                 // The reader first: if this call is dropped while the line
                 // waits for the writer, the reader unlinks the request.
                 let reader = Reader { rx, process, id: request_id };
+                if matches!(method, Some("tools/call" | "prompts/get" | "resources/read")) {
+                    reader.process.may_ask(request_id);
+                }
                 if reader.process.write(message).await.is_err() {
                     return Err(SendError::SessionGone);
                 }

@@ -106,6 +106,10 @@ struct Links {
     tokens: HashMap<String, u64>,
     /// The request that has the process to itself: it gets what names no request.
     alone: Option<u64>,
+    /// In-flight requests that may ask the user something (a tool call, a
+    /// prompt, a read): a question from a process where one of them is
+    /// alone in flight is its.
+    asking: std::collections::HashSet<u64>,
     /// The session's own stream ([`crate::upstream::Channel::messages`]).
     own: Option<Sink>,
     /// Requests the process wrote that a reader took, by the id the
@@ -281,9 +285,18 @@ impl Process {
         Some(rx)
     }
 
+    /// Marks request `id` as one that may ask the user something.
+    pub fn may_ask(&self, id: u64) {
+        let mut links = lock(&self.links);
+        if links.requests.contains_key(&id) {
+            links.asking.insert(id);
+        }
+    }
+
     /// Forgets request `id` (answered, or its reader gone).
     pub fn unlink(&self, id: u64) {
         let mut links = lock(&self.links);
+        links.asking.remove(&id);
         if links.requests.remove(&id).is_some() {
             links.tokens.retain(|_, r| *r != id);
             if links.alone == Some(id) {
@@ -396,6 +409,7 @@ impl Process {
             (None, Some(id)) => {
                 let Some(id) = id.as_u64() else { return Ok(None) };
                 let Some(sink) = links.requests.remove(&id) else { return Ok(None) };
+                links.asking.remove(&id);
                 links.tokens.retain(|_, r| *r != id);
                 if links.alone == Some(id) {
                     links.alone = None;
@@ -426,7 +440,11 @@ impl Process {
                 // request in flight (a question it did not declare it can
                 // answer is then refused to it as missing, as over HTTP);
                 // else the session's own stream.
-                let lone = (links.requests.len() == 1).then(|| links.requests.values().next()).flatten();
+                let lone = match (&id, links.requests.len()) {
+                    (Some(_), 1) => links.requests.iter().next().filter(|(r, _)| links.asking.contains(r)),
+                    _ => None,
+                }
+                .map(|(_, sink)| sink);
                 let held = links.alone.and_then(|a| links.requests.get(&a));
                 let to = held.or(lone).or(links.own.as_ref()).cloned();
                 let Some(sink) = to.filter(|s| !s.is_closed()) else {
@@ -495,6 +513,7 @@ impl Process {
         links.alone = None;
         links.own = None;
         links.asked.clear();
+        links.asking.clear();
     }
 }
 
