@@ -1239,7 +1239,7 @@ async fn a_caller_that_leaves_during_a_start_leaves_no_process() {
 #[tokio::test]
 async fn one_principal_cannot_hold_every_process() {
     let s = Scratch::new("monopoly");
-    let gw = gateway(&s.argv(&[]), "max_processes = 3", "").await;
+    let gw = gateway(&s.argv(&[]), "max_processes = 3", "[limits]\nmax_sessions_per_principal = 2").await;
     let holds = (0..3).map(|i| {
         tool(&gw, json!(format!("a-{i}")), "slow", json!({"ms": 4000}))
             .bearer("alice")

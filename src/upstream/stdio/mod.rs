@@ -723,11 +723,10 @@ impl Fleet {
         None
     }
 
-    /// Processes one principal may have: its session share, and never all
-    /// of the upstream's (when there are two or more).
+    /// Processes one principal may have: its session share (below
+    /// `max_processes`, it keeps one caller from holding every process).
     fn per_owner(&self) -> usize {
-        let max = self.command.max_processes;
-        self.share.min(if max > 1 { max - 1 } else { max })
+        self.share.min(self.command.max_processes)
     }
 
     /// Live processes that are `owner`'s (stopping ones included).
