@@ -170,7 +170,7 @@ impl Services {
         let seconds = started.elapsed().as_secs_f64();
         target.counts.count(&self.metrics, route, (client, upstream, method, outcome), seconds);
         // A federated route's failures are its members', counted per member.
-        if !target.federated() && crate::status::upstream_failed(outcome) {
+        if !target.federated() && crate::status::recent::upstream_failed(outcome) {
             target.errors.add();
         }
         if method == "tools/call" {

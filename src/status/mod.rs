@@ -8,7 +8,7 @@
 //! [`crate::guard::ops_host`]) before anything here runs.
 
 mod html;
-mod recent;
+pub mod recent;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -131,27 +131,6 @@ pub struct InstanceState {
     /// Its URL, or `stdio:<upstream>`.
     pub instance: String,
     pub up: bool,
-}
-
-/// The reasons (`Error::reason`) of requests an upstream failed, as
-/// opposed to the client's mistakes and the gateway's own limits.
-const UPSTREAM_FAILURES: [&str; 10] = [
-    "upstream_unreachable",
-    "upstream_refused",
-    "upstream_timeout",
-    "upstream_invalid",
-    "upstream_too_large",
-    "upstream_start_timeout",
-    "upstream_start_failed",
-    "upstream_refused_credentials",
-    "outcome_unknown",
-    "circuit_open",
-];
-
-/// Whether a request that ended with `outcome` (a metric outcome) is an
-/// error of its upstream's.
-pub fn upstream_failed(outcome: &str) -> bool {
-    outcome != "ok" && UPSTREAM_FAILURES.contains(&outcome)
 }
 
 /// The reloads since start: what `/status` says about the configuration.

@@ -65,6 +65,27 @@ fn minute_now() -> u64 {
     EPOCH.get_or_init(Instant::now).elapsed().as_secs() / 60
 }
 
+/// The reasons (`Error::reason`) of requests an upstream failed, as
+/// opposed to the client's mistakes and the gateway's own limits.
+const UPSTREAM_FAILURES: [&str; 10] = [
+    "upstream_unreachable",
+    "upstream_refused",
+    "upstream_timeout",
+    "upstream_invalid",
+    "upstream_too_large",
+    "upstream_start_timeout",
+    "upstream_start_failed",
+    "upstream_refused_credentials",
+    "outcome_unknown",
+    "circuit_open",
+];
+
+/// Whether a request that ended with `outcome` (a metric outcome) is an
+/// error of its upstream's.
+pub fn upstream_failed(outcome: &str) -> bool {
+    outcome != "ok" && UPSTREAM_FAILURES.contains(&outcome)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

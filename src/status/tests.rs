@@ -1,3 +1,4 @@
+use super::recent::upstream_failed;
 use super::*;
 
 fn accept(v: &str) -> HeaderMap {

@@ -279,7 +279,7 @@ impl<L: UpstreamHalf, M: UpstreamHalf> Federation<L, M> {
             ))
         );
         member.up.set(i64::from(!down));
-        if crate::status::upstream_failed(outcome.label()) {
+        if crate::status::recent::upstream_failed(outcome.label()) {
             member.target.errors.add();
         }
         let labels = MemberOutcomeLabels {
