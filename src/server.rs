@@ -22,7 +22,6 @@ use crate::bridge::{
     Held, Services, Target, Targets,
 };
 use crate::cluster;
-use crate::upstream::Channel as _;
 use crate::config::{Config, ConnLimits};
 use crate::conn::Tracked;
 use crate::error::{error_body, Error};
@@ -33,6 +32,7 @@ use crate::metrics::{EndedLabels, HeaderLabels, Metrics, OutcomeOnlyLabels};
 use crate::ratelog::RateLimitedLog;
 use crate::reply::{self, Body, Reply};
 use crate::upstream::credentials::{client_token, Forwarded, Secret, CLIENT_TOKEN};
+use crate::upstream::Channel as _;
 
 /// A federated route's half, over the two upstream halves.
 type Federation = federation::Federation<sessions::Bridge, stateless::Bridge>;
@@ -453,16 +453,7 @@ impl Gateway {
         }
         // A legacy client's call is checked here; a modern one once parsed.
         if let (Some(view), Generation::Legacy) = (&access, generation) {
-            use crate::authz::Target as Called;
-            // Each request of a batch too.
-            let denied = message.items.iter().find_map(|item| match crate::authz::legacy_target(item) {
-                Called::Call(method, name) => {
-                    (!view.allows_call(method, name)).then(|| format!("{method} {name}"))
-                }
-                Called::Nothing => None,
-                Called::Unreadable => Some("a call whose target cannot be read".to_string()),
-            });
-            if let Some(what) = denied {
+            if let Some(what) = crate::authz::legacy_denied(view, &message) {
                 let id = front::request_id(&body);
                 let e = Error::Denied(what);
                 // Inside a 2025 session a refusal is a JSON-RPC error in a
