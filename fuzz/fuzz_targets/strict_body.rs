@@ -154,7 +154,10 @@ fn refused(body: &[u8], refusal: &Refusal) {
     let _ = (refusal.to_string(), refusal.error());
     match refusal {
         Refusal::Malformed(why) => {
-            assert!(serde_json::from_slice::<Value>(body).is_err(), "refused ({why}) what serde_json reads: {text:?}")
+            assert!(
+                serde_json::from_slice::<Value>(body).is_err(),
+                "refused ({why}) what serde_json reads: {text:?}"
+            )
         }
         Refusal::Repeated { place, name } => {
             // Not JSON at all (the repeat came first): refused either way.
@@ -175,7 +178,10 @@ fn refused(body: &[u8], refusal: &Refusal) {
                 }
                 _ => false,
             });
-            assert!(found, "refused \"{name}\" as a JSON-RPC member in another case, but it is not: {text:?}");
+            assert!(
+                found,
+                "refused \"{name}\" as a JSON-RPC member in another case, but it is not: {text:?}"
+            );
         }
     }
 }

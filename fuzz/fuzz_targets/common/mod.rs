@@ -111,11 +111,8 @@ impl Raw {
                 n == name
             }
         };
-        let found = if reader.last {
-            members.iter().rev().find(matches)
-        } else {
-            members.iter().find(matches)
-        };
+        let found =
+            if reader.last { members.iter().rev().find(matches) } else { members.iter().find(matches) };
         found.map(|(_, v)| v)
     }
 
