@@ -183,6 +183,17 @@ pub fn legacy_target<'m>(item: &'m crate::front::strict::Item<'_>) -> Target<'m>
     }
 }
 
+/// The first call of a legacy client's message (each request of a batch
+/// too) that `view` does not allow, in words: what the front door refuses
+/// before any cell runs the message.
+pub fn legacy_denied(view: &View, message: &crate::front::strict::Message<'_>) -> Option<String> {
+    message.items.iter().find_map(|item| match legacy_target(item) {
+        Target::Call(method, name) => (!view.allows_call(method, name)).then(|| format!("{method} {name}")),
+        Target::Nothing => None,
+        Target::Unreadable => Some("a call whose target cannot be read".to_string()),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

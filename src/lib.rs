@@ -44,6 +44,7 @@ pub use config::Config;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing {
+    pub use crate::bridge::legacy_client::translated_call;
     pub use crate::bridge::sessions::fuzzing::{h1_exchange, H1Response, Seals};
 }
 

@@ -519,16 +519,7 @@ impl Gateway {
         }
         // A legacy client's call is checked here; a modern one once parsed.
         if let (Some(view), Generation::Legacy) = (&access, generation) {
-            use crate::authz::Target as Called;
-            // Each request of a batch too.
-            let denied = message.items.iter().find_map(|item| match crate::authz::legacy_target(item) {
-                Called::Call(method, name) => {
-                    (!view.allows_call(method, name)).then(|| format!("{method} {name}"))
-                }
-                Called::Nothing => None,
-                Called::Unreadable => Some("a call whose target cannot be read".to_string()),
-            });
-            if let Some(what) = denied {
+            if let Some(what) = crate::authz::legacy_denied(view, &message) {
                 let id = front::request_id(&body);
                 let e = Error::Denied(what);
                 // Inside a 2025 session a refusal is a JSON-RPC error in a

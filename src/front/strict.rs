@@ -6,7 +6,9 @@
 //! refused; numbers are still forwarded as their raw text, so integers above
 //! 2^53 survive), arrays and objects nested at most [`MAX_DEPTH`] deep, and no
 //! repeated member name in the objects the gateway reads: the envelope,
-//! `params`, `params._meta` and `params.arguments` (of every batch item).
+//! `params`, `params._meta` and `params.arguments` (of every batch item),
+//! names compared case-folded; and no member of a message named as a
+//! JSON-RPC member in another case (`Method`).
 //!
 //! Two parsers that read one body differently are how a denied call gets
 //! through: the gateway checks one reading and the upstream acts on another.
@@ -45,6 +47,10 @@ pub enum Refusal {
     Malformed(&'static str),
     /// A member name given twice in an object the gateway reads (400/-32600).
     Repeated { place: &'static str, name: String },
+    /// A message member named as a JSON-RPC member is, in another case
+    /// (`"Method"`): a case-insensitive decoder reads it as that member,
+    /// where the gateway read none (400/-32600).
+    OtherCase { name: String },
 }
 
 impl fmt::Display for Refusal {
@@ -52,6 +58,9 @@ impl fmt::Display for Refusal {
         match self {
             Refusal::Malformed(why) => f.write_str(why),
             Refusal::Repeated { place, name } => write!(f, "member \"{name}\" given twice in {place}"),
+            Refusal::OtherCase { name } => {
+                write!(f, "member \"{name}\" of the message is a JSON-RPC member in another case")
+            }
         }
     }
 }
@@ -62,7 +71,7 @@ impl Refusal {
     pub fn error(&self) -> Error {
         match self {
             Refusal::Malformed(why) => Error::Malformed(why),
-            Refusal::Repeated { .. } => Error::InvalidRequest(self.to_string()),
+            Refusal::Repeated { .. } | Refusal::OtherCase { .. } => Error::InvalidRequest(self.to_string()),
         }
     }
 }
@@ -262,6 +271,15 @@ impl<'n> Names<'n> {
     }
 }
 
+/// Whether a message member's `name` is a JSON-RPC member's in another
+/// case (`Method`, `PARAMS`): one such member alone is no repeat, yet a
+/// decoder that matches names case-insensitively (Go's `encoding/json`)
+/// reads `{"id":1,"result":{},"Method":"tools/call","params":…}` as a
+/// call the gateway saw as an answer, and relays unchecked.
+fn other_case(name: &str) -> bool {
+    !COMMON.contains(&name) && COMMON.contains(&folded(&Cow::Borrowed(name)).as_ref())
+}
+
 /// `name` with its case folded (see [`Names::insert`]): borrowed when it
 /// is already (lowercase ASCII, as nearly every name is).
 fn folded<'n>(name: &Cow<'n, str>) -> Cow<'n, str> {
@@ -282,7 +300,16 @@ fn folded<'n>(name: &Cow<'n, str>) -> Cow<'n, str> {
             'ϱ' => 'ρ',
             'ϵ' => 'ε',
             'ẛ' => 'ṡ',
-            '\u{1fbe}' => 'ι',
+            '\u{1fbe}' | '\u{345}' => 'ι',
+            'µ' => 'μ',
+            'ᲀ' => 'в',
+            'ᲁ' => 'д',
+            'ᲂ' => 'о',
+            'ᲃ' => 'с',
+            'ᲄ' | 'ᲅ' => 'т',
+            'ᲆ' => 'ъ',
+            'ᲇ' => 'ѣ',
+            'ᲈ' => 'ꙋ',
             other => other,
         });
     }

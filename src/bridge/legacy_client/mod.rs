@@ -709,6 +709,25 @@ fn typed_call(
     Ok(Call { id, method, params, meta, name, request_state: Default::default(), client_headers: false })
 }
 
+/// The typed call a translated session sends upstream for a request of
+/// `method` with `params`, as [`typed_call`] makes it (the fuzz targets in
+/// `fuzz/`: what is forwarded names what the rules saw).
+#[cfg(feature = "fuzzing")]
+pub fn translated_call(method: Method, params: Option<Map<String, Value>>) -> Result<Call, Error> {
+    let translated = Translated { capabilities: json!({}), client_info: json!({}), session_id: None };
+    let claims = Claims {
+        route: String::new(),
+        instance: String::new(),
+        upstream_session: None,
+        version: None,
+        principal: String::new(),
+        issued: 0,
+        expires: 0,
+        translated: Some(translated),
+    };
+    typed_call(&claims, method, Value::Null, params)
+}
+
 /// A translated session's `_meta` for one call: the token's capabilities
 /// and clientInfo, the client's progress token and its keys of no one's
 /// reserved prefix.

@@ -10,7 +10,7 @@ use std::borrow::Cow;
 
 use serde_json::{Map, Number, Value};
 
-use super::{Id, Item, Message, Names, Params, Place, Refusal, Shape, MAX_DEPTH, NAME_ECHO};
+use super::{other_case, Id, Item, Message, Names, Params, Place, Refusal, Shape, MAX_DEPTH, NAME_ECHO};
 use crate::front::meta::PROTOCOL_VERSION;
 
 const EOF: Refusal = Refusal::Malformed("the body ends before its JSON does");
@@ -192,6 +192,9 @@ impl<'a> Scan<'a> {
                     let name: String = name.chars().take(NAME_ECHO).collect();
                     return Err(Refusal::Repeated { place, name });
                 }
+            }
+            if envelope && other_case(&name) {
+                return Err(Refusal::OtherCase { name: name.chars().take(NAME_ECHO).collect() });
             }
             self.skip_space();
             match self.peek() {

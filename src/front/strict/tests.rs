@@ -1,4 +1,5 @@
 use super::*;
+use std::collections::HashMap;
 
 fn refused(body: &str) -> Refusal {
     read(body.as_bytes()).expect_err(body)
@@ -268,7 +269,7 @@ fn agrees_with_serde(body: &[u8]) {
     let shown = String::from_utf8_lossy(body);
     let theirs = serde_reading(body);
     match (read_tree(body), theirs) {
-        (Err(Refusal::Repeated { .. }), _) => {}
+        (Err(Refusal::Repeated { .. } | Refusal::OtherCase { .. }), _) => {}
         (Err(Refusal::Malformed(ours)), Err(theirs)) => assert_eq!(ours, theirs, "{shown}"),
         (Err(ours), Ok(_)) => panic!("refused what serde_json reads ({ours:?}): {shown}"),
         (Ok(_), Err(theirs)) => panic!("read what serde_json refuses ({theirs}): {shown}"),
@@ -383,7 +384,8 @@ fn assert_repeated(cases: &[(&[u8], &'static str, &str)]) {
 fn names_spelt_with_escapes_are_one_name_everywhere_the_gateway_reads() {
     let cases: [(&[u8], &str, &str); 7] = [
         (br#"{"method":"tools/list","\u006dethod":"tools/call"}"#, "the message", "method"),
-        (br#"{"METHOD":"x","method":"a","m\u0065thod":"b"}"#, "the message", "method"),
+        // (`METHOD` in the message itself is refused as such: see below.)
+        (br#"{"params":{"NAME":"x","name":"a","n\u0061me":"b"}}"#, "params", "name"),
         (br#"{"params":{"name":"a","\u006E\u0061\u006d\u0065":"b"}}"#, "params", "name"),
         (br#"{"params":{"_meta":{},"\u005fmeta":{}}}"#, "params", "_meta"),
         (br#"{"params":{"arguments":{"a/b":1,"a\/b":2}}}"#, "params.arguments", "a/b"),
@@ -493,4 +495,83 @@ fn names_that_differ_only_in_case_are_one_name_where_the_gateway_reads() {
     assert!(read(br#"{"jsonrpc":"2.0","id":1,"result":{"Name":1,"name":2}}"#).is_ok());
     // One spelling alone is fine.
     assert!(read(br#"{"method":"tools/call","params":{"Name":"x","arguments":{"Path":1}}}"#).is_ok());
+}
+
+/// Unicode simple case folding, as a case-insensitive decoder matches
+/// names (Go's `encoding/json` and `bytes.EqualFold`): here the
+/// one-character upper then lower mappings; the Turkish dotted and dotless
+/// i fold only to themselves there.
+fn simple_fold(c: char) -> char {
+    fn single(mut it: impl Iterator<Item = char>, or: char) -> char {
+        match (it.next(), it.next()) {
+            (Some(x), None) => x,
+            _ => or,
+        }
+    }
+    if matches!(c, 'İ' | 'ı') {
+        return c;
+    }
+    let upper = single(c.to_uppercase(), c);
+    single(upper.to_lowercase(), upper)
+}
+
+#[test]
+fn every_letter_a_case_insensitive_decoder_matches_with_another_folds_to_one_name() {
+    // Found writing the oracle of the strict_body fuzz target: `µ` and `μ`,
+    // U+0345 and `ι`, and the Cyrillic letter variants U+1C80..U+1C88 and
+    // their plain letters are one name to such a decoder, and were two here.
+    let mut classes: HashMap<char, Vec<char>> = HashMap::new();
+    for c in (0..=0x1_FFFF).filter_map(char::from_u32) {
+        classes.entry(simple_fold(c)).or_default().push(c);
+    }
+    for class in classes.values().filter(|class| class.len() > 1) {
+        let one = |c: char| folded(&Cow::Owned(c.to_string())).into_owned();
+        assert!(class.iter().all(|&c| one(c) == one(class[0])), "{class:?} fold to more than one name");
+    }
+    let cases: [(&[u8], &str, &str); 3] = [
+        (
+            "{\"params\":{\"arguments\":{\"\u{3bc}\":1,\"\u{b5}\":2}}}".as_bytes(),
+            "params.arguments",
+            "\u{b5}",
+        ),
+        (
+            "{\"params\":{\"arguments\":{\"\u{3b9}\":1,\"\u{345}\":2}}}".as_bytes(),
+            "params.arguments",
+            "\u{345}",
+        ),
+        (
+            "{\"params\":{\"arguments\":{\"\u{432}\":1,\"\u{1c80}\":2}}}".as_bytes(),
+            "params.arguments",
+            "\u{1c80}",
+        ),
+    ];
+    assert_repeated(&cases);
+}
+
+#[test]
+fn a_message_member_named_as_a_json_rpc_member_in_another_case_is_refused() {
+    // Found by the strict_body fuzz target: `{"method":"tools/call",…,"iD":12}`
+    // was a notification here and is a request to a decoder that matches
+    // names case-insensitively. Worse, an answer (no `method`) with a
+    // `Method` was relayed as an answer, unchecked by the rules, and such a
+    // decoder runs it as a call.
+    let answer =
+        r#"{"jsonrpc":"2.0","id":1,"result":{},"Method":"tools/call","params":{"name":"delete_user"}}"#;
+    let other = |body: &str| match refused(body) {
+        Refusal::OtherCase { name } => name,
+        r => panic!("{body}: {r:?}"),
+    };
+    assert_eq!(other(answer), "Method");
+    assert_eq!(refused(answer).error().reason(), "invalid_request");
+    assert_eq!(other(r#"{"jsonrpc":"2.0","id":1,"result":{},"METHOD":"x"}"#), "METHOD");
+    assert_eq!(other(r#"{"JSONRPC":"2.0","id":1,"method":"ping"}"#), "JSONRPC");
+    let found = r#"{"method":"tools/call","params":{"name":"sample","arguments":{"prompt":"greet"}},"jsonrpc":"2.0","iD":12}"#;
+    assert_eq!(other(found), "iD");
+    assert_eq!(other(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","Id":2}]"#), "Id");
+    assert_eq!(other("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"paramſ\":{}}"), "paramſ");
+    // Only the message's own members: anywhere else a name is the tool's.
+    assert!(read(br#"{"jsonrpc":"2.0","id":1,"result":{"Method":1}}"#).is_ok());
+    assert!(
+        read(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","Params":{}}}"#).is_ok()
+    );
 }
