@@ -60,6 +60,50 @@ pub struct Running {
     task: JoinHandle<()>,
     /// Started from a file: reads it again on demand.
     reloader: Option<reload::Reloader>,
+    stopper: Stopper,
+}
+
+/// Starts a shutdown and can cut it short (what the binary's signals do).
+#[derive(Clone)]
+pub struct Stopper {
+    drain: CancellationToken,
+    gateway: Arc<server::Gateway>,
+    /// The drain's deadline (`[server] drain_timeout_ms`, read at start).
+    deadline: std::time::Duration,
+}
+
+impl Stopper {
+    /// Starts the drain; says what it waits for and for how long at most.
+    pub fn begin(&self) -> Draining {
+        let pending = self.gateway.pending();
+        self.drain.cancel();
+        Draining { pending, deadline: self.deadline }
+    }
+
+    /// Stops now: the drain ends, open connections get no grace, what is
+    /// parked is declined upstream (as at the drain's deadline). Returns
+    /// what was still pending.
+    pub fn now(&self) -> server::Pending {
+        let pending = self.gateway.pending();
+        self.drain.cancel();
+        self.gateway.hurry();
+        pending
+    }
+}
+
+/// What a shutdown drains, in words: `draining: 1 paused call, up to 10 s`.
+pub struct Draining {
+    pub pending: server::Pending,
+    pub deadline: std::time::Duration,
+}
+
+impl std::fmt::Display for Draining {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.pending == server::Pending::default() {
+            return f.write_str("nothing to drain; stopping");
+        }
+        write!(f, "draining: {}, up to {} s", self.pending, self.deadline.as_secs_f64())
+    }
 }
 
 impl Running {
@@ -80,6 +124,11 @@ impl Running {
 
     pub fn shutdown_token(&self) -> CancellationToken {
         self.drain.clone()
+    }
+
+    /// What starts a shutdown, says what it drains, and cuts it short.
+    pub fn stopper(&self) -> Stopper {
+        self.stopper.clone()
     }
 
     /// Reads the routing file again and applies it (what `SIGHUP` and a
@@ -170,6 +219,8 @@ async fn bind(addr: std::net::SocketAddr, setting: &str) -> std::io::Result<TcpL
 
 /// How long shutdown waits for upstream sessions to be closed with `DELETE`.
 const CLOSE_SESSIONS: std::time::Duration = std::time::Duration::from_secs(5);
+/// The same after a second signal.
+const CLOSE_SESSIONS_HURRIED: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Binds the listeners and starts the gateway; returns once it accepts connections.
 pub async fn run(config: Config) -> std::io::Result<Running> {
@@ -236,6 +287,7 @@ async fn start(config: Config, source: Option<reload::Source>) -> std::io::Resul
         )));
     }
     let draining = drain.clone();
+    let stopper = Stopper { drain: drain.clone(), gateway: gateway.clone(), deadline: drain_timeout };
     let task = tokio::spawn(async move {
         draining.cancelled().await;
         gateway.drain(drain_timeout).await;
@@ -244,12 +296,13 @@ async fn start(config: Config, source: Option<reload::Source>) -> std::io::Resul
         // Upstream sessions are told goodbye, for a bounded time: an upstream
         // that hangs must not hold the process (its idle timeout ends them).
         let closing = gateway.sessions().pool().close_all();
-        if tokio::time::timeout(CLOSE_SESSIONS, closing).await.is_err() {
+        let bound = if gateway.hurried() { CLOSE_SESSIONS_HURRIED } else { CLOSE_SESSIONS };
+        if tokio::time::timeout(bound, closing).await.is_err() {
             tracing::warn!("upstream sessions still closing at exit; left to the upstream's idle timeout");
         }
         // Stdio upstreams' processes: TERM, KILL after a grace period, reaped.
         gateway.stop_processes().await;
         gateway.flush_spans().await;
     });
-    Ok(Running { addr, internal_addr, tls: certs, drain, task, reloader })
+    Ok(Running { addr, internal_addr, tls: certs, drain, task, reloader, stopper })
 }

@@ -219,14 +219,32 @@ async fn gateway(config: Config, source: Option<sessionless::reload::Source>) ->
     if let Some(internal) = running.internal_addr {
         eprintln!("sessionless internal listener (cluster) on {internal}");
     }
-    let token = running.shutdown_token();
-    tokio::spawn(async move {
-        signal().await;
-        eprintln!("sessionless: shutting down (draining)");
-        token.cancel();
-    });
+    tokio::spawn(stop_on_signals(running.stopper()));
     running.wait().await;
+    eprintln!("sessionless: stopped");
     Ok(())
+}
+
+/// The first SIGINT or SIGTERM starts the drain and says what it waits
+/// for; a second one stops at once.
+async fn stop_on_signals(stopper: sessionless::Stopper) {
+    let mut signals = match Signals::new() {
+        Ok(signals) => signals,
+        Err(e) => {
+            tracing::error!("cannot handle signals: {e}");
+            return;
+        }
+    };
+    signals.next().await;
+    let draining = stopper.begin();
+    if draining.pending == Default::default() {
+        eprintln!("sessionless: {draining}");
+    } else {
+        eprintln!("sessionless: {draining}; press Ctrl-C again (or send SIGTERM) to stop now");
+    }
+    signals.next().await;
+    let left = stopper.now();
+    eprintln!("sessionless: stopping now (left undrained: {left}; paused calls are declined upstream)");
 }
 
 async fn health(url: &str) -> anyhow::Result<http::StatusCode> {
@@ -263,15 +281,16 @@ async fn demo(listen: SocketAddr) -> anyhow::Result<()> {
     let stop = tokio_util::sync::CancellationToken::new();
     let stopped = stop.clone();
     let demo = tokio::spawn(sessionless::demo::serve(upstream, async move { stopped.cancelled().await }));
-    let running =
-        sessionless::run(Config::single(&upstream_url, listen)?).await.context("cannot start the gateway")?;
+    let mut config = Config::single(&upstream_url, listen)?;
+    // A demo stops quickly: its paused calls get a short drain.
+    config.drain_timeout = DEMO_DRAIN;
+    let running = sessionless::run(config).await.context("cannot start the gateway")?;
     let url = running.url("/mcp");
     println!("sessionless demo: gateway on {url}, built-in legacy server on {upstream_url}");
     println!("try:\n{}", demo_curls(&url));
-    let token = running.shutdown_token();
-    signal().await;
-    token.cancel();
+    tokio::spawn(stop_on_signals(running.stopper()));
     running.wait().await;
+    eprintln!("sessionless: stopped");
     stop.cancel();
     let _ = demo.await;
     Ok(())
@@ -316,18 +335,46 @@ fn demo_curls(url: &str) -> String {
     .concat()
 }
 
+/// The demo's drain: short, so that Ctrl-C after its `ask_user` curl does
+/// not seem to hang.
+const DEMO_DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
+
 async fn signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
+    match Signals::new() {
+        Ok(mut signals) => signals.next().await,
+        Err(e) => {
+            tracing::error!("cannot handle signals: {e}");
+            std::future::pending().await
         }
     }
-    #[cfg(not(unix))]
-    {
+}
+
+/// SIGINT and SIGTERM, registered once so that none is missed between two.
+struct Signals {
+    #[cfg(unix)]
+    int: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(Signals { int: signal(SignalKind::interrupt())?, term: signal(SignalKind::terminate())? })
+        }
+        #[cfg(not(unix))]
+        Ok(Signals {})
+    }
+
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
+        }
+        #[cfg(not(unix))]
         let _ = tokio::signal::ctrl_c().await;
     }
 }

@@ -79,6 +79,36 @@ pub struct Gateway {
     /// The configuration's generation and its reloads, for `/status`.
     reloads: crate::status::Reloads,
     started: std::time::SystemTime,
+    /// Shutdown without waiting: the drain and the connections' grace end
+    /// at once (a second signal).
+    hurry: CancellationToken,
+}
+
+/// What a shutdown waits for (see [`Gateway::drain`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pending {
+    /// Calls paused on a question, waiting for their client's retry.
+    pub paused: usize,
+    /// Legacy clients' answers still streaming (a call waiting on its user).
+    pub streaming: usize,
+}
+
+impl std::fmt::Display for Pending {
+    /// `1 paused call, 2 answers still streaming`; `nothing` when empty.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        let mut what = Vec::new();
+        if self.paused > 0 {
+            what.push(plural(self.paused, "paused call", "paused calls"));
+        }
+        if self.streaming > 0 {
+            what.push(plural(self.streaming, "answer still streaming", "answers still streaming"));
+        }
+        if what.is_empty() {
+            return f.write_str("nothing");
+        }
+        f.write_str(&what.join(", "))
+    }
 }
 
 impl Gateway {
@@ -126,6 +156,7 @@ impl Gateway {
             draining: AtomicBool::new(false),
             listeners: std::sync::OnceLock::new(),
             reloads: crate::status::Reloads::new(),
+            hurry: CancellationToken::new(),
             started: std::time::SystemTime::now(),
         })
     }
@@ -212,16 +243,36 @@ impl Gateway {
         // Long-lived streams end now, so that their clients reconnect elsewhere.
         self.services.draining.cancel();
         let until = tokio::time::Instant::now() + deadline;
-        let busy =
-            || self.sessions.parked_flows() + self.legacy_relay.streaming() + self.legacy_client.waiting();
-        while busy() > 0 && tokio::time::Instant::now() < until {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        while self.pending() != Pending::default() && tokio::time::Instant::now() < until {
+            tokio::select! {
+                _ = self.hurry.cancelled() => break,
+                _ = tokio::time::sleep(std::time::Duration::from_millis(50)) => {}
+            }
         }
-        tracing::info!(
-            parked = self.sessions.parked_flows(),
-            streaming = self.legacy_relay.streaming(),
-            "drain finished"
-        );
+        let Pending { paused, streaming } = self.pending();
+        match self.hurried() {
+            true => tracing::info!(paused, streaming, "drain cut short by a second signal"),
+            false => tracing::info!(paused, streaming, "drain finished"),
+        }
+    }
+
+    /// What a drain would wait for now.
+    pub fn pending(&self) -> Pending {
+        Pending {
+            paused: self.sessions.parked_flows() + self.legacy_client.waiting(),
+            streaming: self.legacy_relay.streaming(),
+        }
+    }
+
+    /// Cuts a shutdown short: the drain ends now, and open connections get
+    /// no grace period. What is still parked is declined upstream, as at the
+    /// drain's deadline.
+    pub fn hurry(&self) {
+        self.hurry.cancel();
+    }
+
+    pub fn hurried(&self) -> bool {
+        self.hurry.is_cancelled()
     }
 
     pub async fn handle(
@@ -1054,6 +1105,16 @@ pub enum Listener {
     Internal,
 }
 
+impl Listener {
+    /// For the logs.
+    fn as_str(self) -> &'static str {
+        match self {
+            Listener::Public => "public",
+            Listener::Internal => "internal",
+        }
+    }
+}
+
 /// Open requests get this long to finish once the listeners close.
 const GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -1080,7 +1141,7 @@ pub async fn serve(
             Err(_) => {
                 if let Some(suppressed) = at_cap.allow() {
                     tracing::warn!(
-                        ?kind,
+                        listener = kind.as_str(),
                         max = limits.max_connections,
                         suppressed,
                         "connection cap reached; not accepting"
@@ -1099,7 +1160,7 @@ pub async fn serve(
                 Err(e) => {
                     // Out of file descriptors, mostly: wait for some to close.
                     if let Some(suppressed) = accept_failed.allow() {
-                        tracing::warn!(?kind, error = %e, suppressed, "accept failed");
+                        tracing::warn!(listener = kind.as_str(), error = %e, suppressed, "accept failed");
                     }
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
@@ -1120,8 +1181,11 @@ pub async fn serve(
         tokio::spawn(conn.run(stream, tls.clone(), slot));
     }
     drop(listener);
-    if tokio::time::timeout(GRACE, graceful.shutdown()).await.is_err() {
-        tracing::warn!(?kind, "connections still open after the grace period");
+    tokio::select! {
+        closed = tokio::time::timeout(GRACE, graceful.shutdown()) => if closed.is_err() {
+            tracing::warn!(listener = kind.as_str(), "connections still open after the grace period");
+        },
+        _ = gateway.hurry.cancelled() => {}
     }
 }
 

@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use prometheus_client::metrics::gauge::Gauge;
 
+use crate::metrics::{InstanceLabels, Metrics};
+
 const UP: u8 = 0;
 /// A connection failed; no probe has failed since.
 const DOWN: u8 = 1;
@@ -19,9 +21,8 @@ pub struct Health {
     state: AtomicU8,
     /// `sessionless_upstream_instance_up` for this instance.
     gauge: Gauge,
-    /// For the logs: route and instance.
-    route: String,
-    instance: String,
+    /// For the logs: route, upstream and instance.
+    labels: InstanceLabels,
     /// Why the last connection could not be made, in words.
     why: std::sync::Mutex<Option<String>>,
 }
@@ -42,9 +43,14 @@ pub fn io_words(e: &std::io::Error) -> String {
 }
 
 impl Health {
-    pub fn new(gauge: Gauge, route: String, instance: String) -> Health {
+    /// The health of `instance` of `upstream` on `route`, up until a
+    /// connection fails; its gauge registered in `metrics`.
+    pub fn new(metrics: &Metrics, route: &str, upstream: &str, instance: &str) -> Health {
+        let labels =
+            InstanceLabels { route: route.into(), upstream: upstream.into(), instance: instance.into() };
+        let gauge = metrics.upstream_instance_up.get_or_create(&labels).clone();
         gauge.set(1);
-        Health { state: AtomicU8::new(UP), gauge, route, instance, why: Default::default() }
+        Health { state: AtomicU8::new(UP), gauge, labels, why: Default::default() }
     }
 
     pub fn is_up(&self) -> bool {
@@ -70,7 +76,8 @@ impl Health {
         }
         if self.state.compare_exchange(UP, DOWN, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             self.gauge.set(0);
-            tracing::warn!(route = %self.route, instance = %self.instance, error = why,
+            let InstanceLabels { route, upstream, instance } = &self.labels;
+            tracing::warn!(%route, %upstream, %instance, error = why,
                 "upstream instance unreachable: skipped until a probe finds it answering");
         }
     }
@@ -84,7 +91,8 @@ impl Health {
     pub fn recovered(&self) {
         if self.state.swap(UP, Ordering::AcqRel) != UP {
             self.gauge.set(1);
-            tracing::info!(route = %self.route, instance = %self.instance, "upstream instance answers again");
+            let InstanceLabels { route, upstream, instance } = &self.labels;
+            tracing::info!(%route, %upstream, %instance, "upstream instance answers again");
         }
     }
 }

@@ -28,7 +28,7 @@ use super::h1;
 use super::health::Health;
 use crate::config::Upstream;
 use crate::front::MODERN_VERSION;
-use crate::metrics::{InstanceLabels, Metrics, UpstreamLabels};
+use crate::metrics::{Metrics, UpstreamLabels};
 
 /// The `Accept` of a request whose answer may be JSON or SSE.
 pub const ACCEPT_BOTH: &str = "application/json, text/event-stream";
@@ -111,16 +111,7 @@ impl Transport {
         let http = h1::Client::new(url, tls, settings)
             .expect("upstream URLs are checked for scheme and host when the config is loaded");
         let instance = url.to_string();
-        let labels = InstanceLabels {
-            route: route.to_string(),
-            upstream: upstream.name.clone(),
-            instance: instance.clone(),
-        };
-        let health = Health::new(
-            metrics.upstream_instance_up.get_or_create(&labels).clone(),
-            route.to_string(),
-            instance.clone(),
-        );
+        let health = Health::new(metrics, route, &upstream.name, &instance);
         let counts = Counts::new(metrics, route, &instance);
         Transport(Arc::new(Inner { http, upstream, instance, health, max_response, counts, credentials }))
     }

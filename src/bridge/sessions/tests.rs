@@ -47,12 +47,7 @@ struct Server {
 
 impl Memory {
     fn new(upstream: Upstream, metrics: &Metrics) -> Memory {
-        let gauge = metrics.upstream_instance_up.get_or_create(&crate::metrics::InstanceLabels {
-            route: "/mcp".into(),
-            upstream: "memory".into(),
-            instance: "memory:1".into(),
-        });
-        let health = Health::new(gauge.clone(), "/mcp".into(), "memory:1".into());
+        let health = Health::new(metrics, "/mcp", "memory", "memory:1");
         Memory(Arc::new(Server { upstream, health, sent: Mutex::default(), closed: Mutex::default() }))
     }
 

@@ -37,7 +37,7 @@ use super::channel::{
 };
 use super::health::Health;
 use crate::config::{StdioCommand, Upstream};
-use crate::metrics::{InstanceLabels, Metrics, SpawnLabels, UpstreamNameLabels};
+use crate::metrics::{Metrics, SpawnLabels, UpstreamNameLabels};
 use process::{Process, Unlinked};
 
 /// How long a request waits for a process (the upstream's cap, or the
@@ -71,16 +71,7 @@ struct Inner {
 impl Stdio {
     pub fn new(fleet: Arc<Fleet>, upstream: Upstream, metrics: &Metrics, route: &str) -> Stdio {
         let instance = format!("stdio:{}", upstream.name);
-        let labels = InstanceLabels {
-            route: route.to_string(),
-            upstream: upstream.name.clone(),
-            instance: instance.clone(),
-        };
-        let health = Health::new(
-            metrics.upstream_instance_up.get_or_create(&labels).clone(),
-            route.to_string(),
-            instance.clone(),
-        );
+        let health = Health::new(metrics, route, &upstream.name, &instance);
         Stdio(Arc::new(Inner { fleet, upstream, instance, health }))
     }
 

@@ -614,7 +614,11 @@ pub async fn own(
         let _ = child.kill().await;
     }
     let status = child.wait().await;
-    tracing::debug!(%upstream, pid, ?status, "upstream process reaped");
+    let status = match &status {
+        Ok(status) => status.to_string(),
+        Err(e) => e.to_string(),
+    };
+    tracing::debug!(%upstream, pid, %status, "upstream process reaped");
 }
 
 /// What ends a process's owner task, however it ends.
