@@ -196,6 +196,10 @@ check(deploy["spec"]["replicas"] >= 2, "kubernetes: several replicas")
 check(deploy["spec"]["selector"]["matchLabels"].items() <= labels.items(), "kubernetes: the selector matches the pods")
 c = pod["containers"][0]
 check_argv(c["args"], "kubernetes container args")
+# The image is built locally (README, Install): a `:latest` tag without a pull
+# policy is pulled from a registry every time, never taken from the node.
+check(c.get("imagePullPolicy") in ("IfNotPresent", "Never"),
+      f"kubernetes: imagePullPolicy IfNotPresent or Never for the locally built {c['image']}")
 conf_path = c["args"][c["args"].index("--config") + 1]
 mount = next((m for m in c["volumeMounts"] if conf_path.startswith(m["mountPath"] + "/")), None)
 check(mount is not None, f"kubernetes: {conf_path} is on a mounted volume")
