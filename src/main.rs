@@ -108,6 +108,21 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// Writes to stdout. A reader that closed the pipe (`check-config FILE |
+/// head`) ends the program quietly, as it would any Unix filter, rather than
+/// with the panic of `println!`.
+fn say(text: std::fmt::Arguments) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_fmt(text).and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("sessionless: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
+}
+
 fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     logging(cli.log_format, cli.access_log);
@@ -116,7 +131,7 @@ fn run() -> anyhow::Result<()> {
         Some(Command::GenKey) => {
             let mut key = [0u8; 32];
             rand::thread_rng().fill_bytes(&mut key);
-            println!("{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key));
+            say(format_args!("{}\n", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key)));
             Ok(())
         }
         Some(Command::HashKey { id }) => {
@@ -124,7 +139,7 @@ fn run() -> anyhow::Result<()> {
             rand::thread_rng().fill_bytes(&mut key);
             let key = format!("sk-{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key));
             sessionless::auth::keys::check_id(&id).map_err(|e| anyhow::anyhow!("key id `{id}`: {e}"))?;
-            println!("{key}\n{}", sessionless::auth::keys::file_line(&id, &key));
+            say(format_args!("{key}\n{}\n", sessionless::auth::keys::file_line(&id, &key)));
             Ok(())
         }
         Some(Command::CheckConfig { file, probe }) => {
@@ -132,14 +147,14 @@ fn run() -> anyhow::Result<()> {
             // What the gateway builds from the file (TLS, JWKS files), built offline.
             sessionless::live::check(checked.file_only())
                 .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-            println!("{}: ok", file.display());
-            print!("{}", checked.report());
+            say(format_args!("{}: ok\n", file.display()));
+            say(format_args!("{}", checked.report()));
             if probe {
                 let config = checked.file_only();
                 let found =
                     runtime.block_on(sessionless::probe_upstreams(config)).map_err(anyhow::Error::msg)?;
                 for r in &found {
-                    println!("{} -> {} ({}): {}", r.route, r.upstream, r.at, r.found);
+                    say(format_args!("{} -> {} ({}): {}\n", r.route, r.upstream, r.at, r.found));
                 }
                 let unusable = found.iter().filter(|r| !r.usable).count();
                 if unusable > 0 {
@@ -153,7 +168,7 @@ fn run() -> anyhow::Result<()> {
             if !status.is_success() {
                 bail!("{url}: {status}");
             }
-            println!("{url}: {status}");
+            say(format_args!("{url}: {status}\n"));
             Ok(())
         }
         Some(Command::DemoUpstream { listen, generation }) => {
@@ -286,8 +301,8 @@ async fn demo(listen: SocketAddr) -> anyhow::Result<()> {
     config.drain_timeout = DEMO_DRAIN;
     let running = sessionless::run(config).await.context("cannot start the gateway")?;
     let url = running.url("/mcp");
-    println!("sessionless demo: gateway on {url}, built-in legacy server on {upstream_url}");
-    println!("try:\n{}", demo_curls(&url));
+    say(format_args!("sessionless demo: gateway on {url}, built-in legacy server on {upstream_url}\n"));
+    say(format_args!("try:\n{}\n", demo_curls(&url)));
     tokio::spawn(stop_on_signals(running.stopper()));
     running.wait().await;
     eprintln!("sessionless: stopped");

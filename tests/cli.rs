@@ -257,7 +257,8 @@ fn an_upstream_at_a_wrong_path_is_named_in_the_answer_the_log_and_readyz() {
     assert!(body.contains("404 Not Found at the upstream's URL: is its path right?"), "{body}");
     assert!(body.contains(r#""id":7"#), "{body}");
     let line = gw.wait_for("could not find out what the upstream speaks");
-    assert!(line.contains("upstream=default") && line.contains("404"), "{line}");
+    assert!(line.contains("upstream=default") && line.contains(&format!("url={url}")), "{line}");
+    assert!(line.contains("404"), "{line}");
     assert!(line.contains("is the path of the URL right?"), "{line}");
     assert!(!line.contains("Status(") && !line.contains("Some("), "no Rust in the log: {line}");
     let (_, ready) = http(addr, "GET", "/readyz", &[], "");
@@ -335,4 +336,24 @@ fn the_demo_drains_briefly_after_its_question() {
     let (status, took) = demo.exit(Duration::from_secs(15));
     assert!(status.success(), "{status}");
     assert!(took < Duration::from_secs(5), "took {took:?}");
+}
+
+#[test]
+fn a_reader_that_stops_early_ends_check_config_quietly() {
+    // `sessionless check-config FILE | head -0`: the pipe is closed before
+    // the report is written (the process needs longer to start than this
+    // test to drop its end).
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/single.toml");
+    let mut child = Command::new(BIN)
+        .arg("check-config")
+        .arg(&file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert!(out.status.success(), "{:?}: {err}", out.status);
+    assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{err}");
 }

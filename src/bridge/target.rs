@@ -772,6 +772,7 @@ impl Detected {
                     tracing::Level::WARN,
                     route = %self.route,
                     upstream = %self.upstream,
+                    url = %upstream.instance(),
                     outcome = e.as_str(),
                     "could not find out what the upstream speaks: {words}; asked again on the next request"
                 );

@@ -322,7 +322,7 @@ impl Bridge {
         let refused = match peek.method.as_deref().unwrap_or_default() {
             "ping" => return finish_result(reply, &id, json!({})).await,
             // The 2026 level rides on each request; the token holding it
-            // cannot change under the client (see README).
+            // cannot change under the client (see docs/protocol.md).
             "logging/setLevel" => "logging/setLevel is not available: no log messages are sent",
             "resources/subscribe" | "resources/unsubscribe" => "resource subscriptions are not available",
             method => match Method::parse(method).filter(|m| *m != Method::SubscriptionsListen) {
