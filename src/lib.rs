@@ -25,6 +25,7 @@ pub mod reply;
 pub mod seal;
 pub mod sealed;
 pub mod server;
+pub mod shutdown;
 pub mod status;
 pub mod tls;
 pub mod upstream;
@@ -219,8 +220,6 @@ async fn bind(addr: std::net::SocketAddr, setting: &str) -> std::io::Result<TcpL
 
 /// How long shutdown waits for upstream sessions to be closed with `DELETE`.
 const CLOSE_SESSIONS: std::time::Duration = std::time::Duration::from_secs(5);
-/// The same after a second signal.
-const CLOSE_SESSIONS_HURRIED: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Binds the listeners and starts the gateway; returns once it accepts connections.
 pub async fn run(config: Config) -> std::io::Result<Running> {
@@ -263,7 +262,7 @@ async fn start(config: Config, source: Option<reload::Source>) -> std::io::Resul
     gateway.start();
     let mut tasks = vec![
         tokio::spawn(gateway.sessions().pool().clone().run_reaper(stop.clone())),
-        tokio::spawn(gateway.sessions().clone().run_flow_reaper(stop.clone())),
+        tokio::spawn(gateway.sessions().clone().run_flow_reaper(stop.clone(), gateway.hurry_token())),
         tokio::spawn(server::serve(
             gateway.clone(),
             listener,
@@ -296,8 +295,7 @@ async fn start(config: Config, source: Option<reload::Source>) -> std::io::Resul
         // Upstream sessions are told goodbye, for a bounded time: an upstream
         // that hangs must not hold the process (its idle timeout ends them).
         let closing = gateway.sessions().pool().close_all();
-        let bound = if gateway.hurried() { CLOSE_SESSIONS_HURRIED } else { CLOSE_SESSIONS };
-        if tokio::time::timeout(bound, closing).await.is_err() {
+        if shutdown::bounded(closing, CLOSE_SESSIONS, &gateway.hurry_token()).await.is_none() {
             tracing::warn!("upstream sessions still closing at exit; left to the upstream's idle timeout");
         }
         // Stdio upstreams' processes: TERM, KILL after a grace period, reaped.

@@ -108,25 +108,41 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-/// Writes to stdout. A reader that closed the pipe (`check-config FILE |
-/// head`) ends the program quietly, as it would any Unix filter, rather than
-/// with the panic of `println!`.
-fn say(text: std::fmt::Arguments) {
+/// Writes to stdout (`println!` would panic on a closed pipe).
+fn write_out(text: std::fmt::Arguments) -> std::io::Result<()> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
-    if let Err(e) = out.write_fmt(text).and_then(|()| out.flush()) {
+    out.write_fmt(text).and_then(|()| out.flush())
+}
+
+/// A one-shot command's output. A reader that closed the pipe
+/// (`check-config FILE | head`) ends the program as it ends any Unix
+/// filter: quietly, with the status of a SIGPIPE death (141), which a shell's
+/// `pipefail` sees, rather than with a panic or a success it did not earn.
+fn say(text: std::fmt::Arguments) {
+    if let Err(e) = write_out(text) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
-            std::process::exit(0);
+            std::process::exit(141);
         }
         eprintln!("sessionless: cannot write to stdout: {e}");
         std::process::exit(1);
     }
 }
 
+/// How long the runtime's blocking threads (a DNS lookup, say) may hold the
+/// exit once the gateway has stopped.
+const RUNTIME_EXIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     logging(cli.log_format, cli.access_log);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let done = command(cli, &runtime);
+    runtime.shutdown_timeout(RUNTIME_EXIT);
+    done
+}
+
+fn command(cli: Cli, runtime: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     match cli.command {
         Some(Command::GenKey) => {
             let mut key = [0u8; 32];
@@ -209,6 +225,8 @@ fn logging(format: LogFormat, access_log: bool) {
 }
 
 async fn gateway(config: Config, source: Option<sessionless::reload::Source>) -> anyhow::Result<()> {
+    // Before anything can be started or printed: a signal from then on drains.
+    let signals = Signals::new().context("signal handlers")?;
     let urls = |r: &sessionless::config::Route| match &r.upstream.stdio {
         Some(command) => format!("stdio: {}", command.describe()),
         None => r.upstream.urls.iter().map(ToString::to_string).collect::<Vec<_>>().join(" "),
@@ -234,32 +252,30 @@ async fn gateway(config: Config, source: Option<sessionless::reload::Source>) ->
     if let Some(internal) = running.internal_addr {
         eprintln!("sessionless internal listener (cluster) on {internal}");
     }
-    tokio::spawn(stop_on_signals(running.stopper()));
+    tokio::spawn(stop_on_signals(signals, running.stopper()));
     running.wait().await;
     eprintln!("sessionless: stopped");
     Ok(())
 }
 
 /// The first SIGINT or SIGTERM starts the drain and says what it waits
-/// for; a second one stops at once.
-async fn stop_on_signals(stopper: sessionless::Stopper) {
-    let mut signals = match Signals::new() {
-        Ok(signals) => signals,
-        Err(e) => {
-            tracing::error!("cannot handle signals: {e}");
-            return;
-        }
-    };
+/// for; a second one stops now (every step after the drain cut to a second
+/// at most); a third exits at once, whatever is left.
+async fn stop_on_signals(mut signals: Signals, stopper: sessionless::Stopper) {
     signals.next().await;
     let draining = stopper.begin();
-    if draining.pending == Default::default() {
-        eprintln!("sessionless: {draining}");
-    } else {
-        eprintln!("sessionless: {draining}; press Ctrl-C again (or send SIGTERM) to stop now");
-    }
+    eprintln!("sessionless: {draining}; press Ctrl-C again (or send SIGTERM) to stop now");
     signals.next().await;
     let left = stopper.now();
-    eprintln!("sessionless: stopping now (left undrained: {left}; paused calls are declined upstream)");
+    match left == Default::default() {
+        true => eprintln!("sessionless: stopping now"),
+        false => eprintln!(
+            "sessionless: stopping now; left undrained: {left} (paused calls are declined upstream)"
+        ),
+    }
+    signals.next().await;
+    eprintln!("sessionless: exiting at once (third signal); the shutdown was not finished");
+    std::process::exit(130);
 }
 
 async fn health(url: &str) -> anyhow::Result<http::StatusCode> {
@@ -272,25 +288,28 @@ async fn health(url: &str) -> anyhow::Result<http::StatusCode> {
 }
 
 async fn demo_upstream(listen: SocketAddr, generation: DemoGeneration) -> anyhow::Result<()> {
+    let mut signals = Signals::new().context("signal handlers")?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen} (choose another address with --listen ADDR)"))?;
     let addr = listener.local_addr()?;
+    let signal = async move { signals.next().await };
     match generation {
         DemoGeneration::Legacy => {
             eprintln!("sessionless demo upstream (legacy MCP) on http://{addr}/mcp");
-            sessionless::demo::serve(listener, signal()).await?;
+            sessionless::demo::serve(listener, signal).await?;
         }
         DemoGeneration::Modern => {
             eprintln!("sessionless demo upstream (MCP 2026-07-28, stateless) on http://{addr}/mcp");
             let modern = sessionless::demo::Generation::Modern;
-            sessionless::demo::serve_generation(listener, signal(), modern).await?;
+            sessionless::demo::serve_generation(listener, signal, modern).await?;
         }
     }
     Ok(())
 }
 
 async fn demo(listen: SocketAddr) -> anyhow::Result<()> {
+    let signals = Signals::new().context("signal handlers")?;
     let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let upstream_url = format!("http://{}/mcp", upstream.local_addr()?);
     let stop = tokio_util::sync::CancellationToken::new();
@@ -301,9 +320,12 @@ async fn demo(listen: SocketAddr) -> anyhow::Result<()> {
     config.drain_timeout = DEMO_DRAIN;
     let running = sessionless::run(config).await.context("cannot start the gateway")?;
     let url = running.url("/mcp");
-    say(format_args!("sessionless demo: gateway on {url}, built-in legacy server on {upstream_url}\n"));
-    say(format_args!("try:\n{}\n", demo_curls(&url)));
-    tokio::spawn(stop_on_signals(running.stopper()));
+    // A server keeps serving when no one reads what it prints.
+    let _ = write_out(format_args!(
+        "sessionless demo: gateway on {url}, built-in legacy server on {upstream_url}\ntry:\n{}\n",
+        demo_curls(&url)
+    ));
+    tokio::spawn(stop_on_signals(signals, running.stopper()));
     running.wait().await;
     eprintln!("sessionless: stopped");
     stop.cancel();
@@ -353,16 +375,6 @@ fn demo_curls(url: &str) -> String {
 /// The demo's drain: short, so that Ctrl-C after its `ask_user` curl does
 /// not seem to hang.
 const DEMO_DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
-
-async fn signal() {
-    match Signals::new() {
-        Ok(mut signals) => signals.next().await,
-        Err(e) => {
-            tracing::error!("cannot handle signals: {e}");
-            std::future::pending().await
-        }
-    }
-}
 
 /// SIGINT and SIGTERM, registered once so that none is missed between two.
 struct Signals {

@@ -165,7 +165,8 @@ impl Gateway {
     pub async fn flush_spans(&self) {
         #[cfg(feature = "otlp")]
         if let Some(spans) = &self.sinks.spans {
-            spans.flush().await;
+            // The exporter's own bound, or a second once told to hurry.
+            let _ = crate::shutdown::bounded(spans.flush(), std::time::Duration::MAX, &self.hurry).await;
         }
     }
 
@@ -271,6 +272,11 @@ impl Gateway {
         self.hurry.cancel();
     }
 
+    /// Cancelled by [`Gateway::hurry`]: shutdown steps cut short.
+    pub fn hurry_token(&self) -> CancellationToken {
+        self.hurry.clone()
+    }
+
     pub fn hurried(&self) -> bool {
         self.hurry.is_cancelled()
     }
@@ -352,20 +358,24 @@ impl Gateway {
     }
 
     /// `/readyz`: what each upstream speaks, and 200 unless the readiness
-    /// policy asks for reachable upstreams and they are not (a refused
-    /// upstream is named, but does not take the replica out of service).
+    /// policy asks for usable upstreams and they are not: no instance
+    /// reachable, or a probe whose answer was no MCP (a wrong path). A
+    /// refused upstream (another revision) is named, but does not take the
+    /// replica out of service.
     fn readiness(&self) -> Response<Body> {
         let live = self.live.load();
         let reachable = |t: &Arc<Target>| match t.stdio() {
             Some(stdio) => stdio.health().is_up(),
             None => t.instances().iter().any(|i| i.health().is_up()),
         };
+        let usable = |t: &Arc<Target>| reachable(t) && !t.detected.unusable();
         let ready = match live.config.readiness {
             crate::config::Readiness::Always => true,
-            crate::config::Readiness::AnyUpstream => live.targets.onto_upstreams().any(reachable),
-            crate::config::Readiness::AllUpstreams => live.targets.onto_upstreams().all(reachable),
+            crate::config::Readiness::AnyUpstream => live.targets.onto_upstreams().any(usable),
+            crate::config::Readiness::AllUpstreams => live.targets.onto_upstreams().all(usable),
         };
-        let mut lines = String::from(if ready { "ready\n" } else { "not ready: upstreams unreachable\n" });
+        let mut lines =
+            String::from(if ready { "ready\n" } else { "not ready: upstreams unreachable or unusable\n" });
         for t in live.targets.onto_upstreams() {
             let (path, name) = (&t.route.id, &t.route.upstream.name);
             lines.push_str(&format!("{path} {name}: {}\n", t.detected.describe()));
@@ -392,9 +402,9 @@ impl Gateway {
             let fleets = self.retired_fleets.lock().unwrap_or_else(|e| e.into_inner());
             fleets.iter().filter_map(std::sync::Weak::upgrade).collect()
         };
-        let stopping = retired.iter().map(|f| f.stop_all());
+        let stopping = retired.iter().map(|f| f.stop_all(&self.hurry));
         let targets = self.targets();
-        tokio::join!(targets.stop_processes(), futures_util::future::join_all(stopping));
+        tokio::join!(targets.stop_processes(&self.hurry), futures_util::future::join_all(stopping));
     }
 
     /// The routes and their upstreams, as they are now.

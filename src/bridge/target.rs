@@ -579,8 +579,8 @@ impl Targets {
     }
 
     /// Stops every stdio upstream's processes (shutdown), waiting until they are reaped.
-    pub async fn stop_processes(&self) {
-        futures_util::future::join_all(self.fleets().iter().map(|f| async move { f.stop_all().await })).await;
+    pub async fn stop_processes(&self, hurry: &tokio_util::sync::CancellationToken) {
+        futures_util::future::join_all(self.fleets().iter().map(|f| f.stop_all(hurry))).await;
     }
 
     /// Every target onto one upstream: each route's, with a federated
@@ -841,6 +841,12 @@ impl Detected {
             };
             self.metrics.upstream_generation.get_or_create(&labels).set(i64::from(value == state));
         }
+    }
+
+    /// Whether the last probe failed and none has succeeded since (its
+    /// answer was no MCP, or nothing answered): its requests fail.
+    pub fn unusable(&self) -> bool {
+        self.known().is_none() && self.last_failure.lock().is_ok_and(|w| w.is_some())
     }
 
     /// What `/readyz` and `check-config --probe` say about the upstream.

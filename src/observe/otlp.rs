@@ -161,7 +161,7 @@ async fn export(
     };
     if let Err(e) = client.export(request).await {
         if let Some(suppressed) = failed.allow() {
-            tracing::warn!(code = ?e.code(), suppressed, "OTLP export failed: spans dropped");
+            tracing::warn!(code = %e.code(), suppressed, "OTLP export failed: spans dropped");
         }
     }
 }

@@ -167,8 +167,10 @@ up_port = port(up_cmd[up_cmd.index("--listen") + 1])
 check(re.search(rf'url = "http://upstream:{up_port}/mcp"', open(compose_conf).read()) is not None,
       "compose gateway config reaches the upstream service on its port")
 grace = services["gateway"].get("stop_grace_period", "10s")
-check(int(grace.rstrip("s")) * 1000 > int(report_value(report, "drain_timeout_ms")) + 5000,
-      "compose gateway stop_grace_period outlasts the drain")
+# After the drain: 5 s for open requests and declining paused calls, at most
+# 5 s to close upstream sessions (README, Run).
+check(int(grace.rstrip("s")) * 1000 > int(report_value(report, "drain_timeout_ms")) + 10_000,
+      "compose gateway stop_grace_period outlasts the drain and the 10 s after it")
 prom = services["prometheus"]
 prom_file = [v.split(":")[0] for v in prom["volumes"] if "prometheus.yml" in v][0]
 prom_conf = yaml.safe_load(open(os.path.join(DOCKER, prom_file)))
@@ -238,7 +240,8 @@ check(c["livenessProbe"]["httpGet"]["path"] == "/healthz", "kubernetes: liveness
 pre_stop = c.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", [])
 pre_stop_s = int(pre_stop[1]) if pre_stop[:1] == ["sleep"] else 0
 drain_ms = int(report_value(report, "drain_timeout_ms"))
-# After the drain: 5 s for open requests, at most 5 s to close upstream sessions.
+# After the drain: 5 s for open requests and declining paused calls (side by
+# side), at most 5 s to close upstream sessions.
 check(pod["terminationGracePeriodSeconds"] * 1000 > pre_stop_s * 1000 + drain_ms + 10_000,
       f"kubernetes: terminationGracePeriodSeconds {pod['terminationGracePeriodSeconds']} must outlast "
       f"preStop {pre_stop_s} s + drain {drain_ms} ms + 10 s")

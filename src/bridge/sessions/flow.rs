@@ -33,6 +33,10 @@ const ABANDON_DRAIN: Duration = Duration::from_secs(30);
 /// Flows declined at once at shutdown.
 const ABANDON_CONCURRENCY: usize = 64;
 
+/// How long declining the flows still parked at shutdown may take in all
+/// (an upstream that does not answer must not hold the exit).
+const SHUTDOWN_DECLINES: Duration = Duration::from_secs(5);
+
 /// What a retry's `requestState` asks for.
 pub(super) enum Resumed {
     /// The retry was answered (here, or by the owner replica).
@@ -585,7 +589,13 @@ impl Bridge {
 
     /// Declines the questions of parked flows whose TTL passed, until shutdown;
     /// then declines every flow still parked.
-    pub async fn run_flow_reaper(self: Arc<Self>, shutdown: tokio_util::sync::CancellationToken) {
+    /// Ends expired flows until `shutdown`; then declines what is left
+    /// upstream, for at most [`SHUTDOWN_DECLINES`] (a second once `hurry`).
+    pub async fn run_flow_reaper(
+        self: Arc<Self>,
+        shutdown: tokio_util::sync::CancellationToken,
+        hurry: tokio_util::sync::CancellationToken,
+    ) {
         let period = (self.parked.ttl() / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
         let mut tick = tokio::time::interval(period);
         loop {
@@ -610,15 +620,19 @@ impl Bridge {
         // The process is exiting: decline, without reading the streams on. A
         // bounded number at a time: each decline needs an upstream connection
         // of its own (the parked ones are busy), so all at once would spike memory.
-        futures_util::StreamExt::for_each_concurrent(
+        let declines = futures_util::StreamExt::for_each_concurrent(
             futures_util::stream::iter(left),
             ABANDON_CONCURRENCY,
             |mut f| {
                 let metrics = self.services.metrics.clone();
                 async move { f.decline_pending(&metrics).await }
             },
-        )
-        .await;
+        );
+        if crate::shutdown::bounded(declines, SHUTDOWN_DECLINES, &hurry).await.is_none() {
+            tracing::warn!(
+                "parked calls still being declined upstream at exit: left to the upstream's timeouts"
+            );
+        }
     }
 }
 

@@ -127,7 +127,7 @@ impl Stdio {
             Ok(format!("legacy over stdio (protocol {version}), {} tools: {}", tools.len(), tools.join(", ")))
         }
         .await;
-        self.0.fleet.stop_all().await;
+        self.0.fleet.stop_all(&tokio_util::sync::CancellationToken::new()).await;
         found
     }
 
@@ -938,17 +938,25 @@ impl Fleet {
     }
 
     /// Stops every process now and waits (bounded) until all are reaped.
-    pub async fn stop_all(&self) {
+    /// Stops every process (TERM, KILL after the grace); once `hurry` is
+    /// cancelled, KILL at once.
+    pub async fn stop_all(&self, hurry: &tokio_util::sync::CancellationToken) {
         self.retired.store(true, Ordering::Release);
         let until = Instant::now() + process::STOP_GRACE + Duration::from_secs(2);
         // Again until every place is back: a start that was waiting for a
         // place when this began may have spawned since.
         while self.processes() > 0 && Instant::now() < until {
             for p in self.live.lock().expect("live lock").values().filter_map(Weak::upgrade) {
-                p.stop();
+                match hurry.is_cancelled() {
+                    true => p.kill(),
+                    false => p.stop(),
+                }
             }
             let freed = self.freed.notified();
-            let _ = tokio::time::timeout(Duration::from_millis(100), freed).await;
+            tokio::select! {
+                _ = tokio::time::timeout(Duration::from_millis(100), freed) => {}
+                _ = hurry.cancelled(), if !hurry.is_cancelled() => {}
+            }
         }
         if self.processes() > 0 {
             tracing::warn!(upstream = %self.name, "upstream processes still stopping at exit");

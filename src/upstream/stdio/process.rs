@@ -141,6 +141,8 @@ pub struct Process {
     ended: CancellationToken,
     /// Asks the owner task to stop the process.
     stop: CancellationToken,
+    /// Asks it to skip the TERM grace: KILL now (a shutdown told to hurry).
+    kill: CancellationToken,
     /// Why its streams ended, when not by plain exit.
     end: Mutex<StreamEnd>,
     /// When it last had no request in flight, ms since `epoch`.
@@ -208,6 +210,7 @@ pub fn spawn(
         links: Mutex::new(Links::default()),
         ended: CancellationToken::new(),
         stop: CancellationToken::new(),
+        kill: CancellationToken::new(),
         end: Mutex::new(StreamEnd::Closed),
         idle_since: AtomicU64::new(0),
         epoch,
@@ -375,6 +378,12 @@ impl Process {
 
     /// Asks the owner task to stop the process (TERM, then KILL).
     pub fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    /// Stops the process without waiting for it to exit on TERM: KILL now.
+    pub fn kill(&self) {
+        self.kill.cancel();
         self.stop.cancel();
     }
 
@@ -606,7 +615,10 @@ pub async fn own(
     drop(writer);
     signal_group(pid, Signal::TERM);
     if exited.is_none() {
-        exited = tokio::time::timeout(STOP_GRACE, child.wait()).await.ok();
+        exited = tokio::select! {
+            exited = tokio::time::timeout(STOP_GRACE, child.wait()) => exited.ok(),
+            _ = process.kill.cancelled() => None,
+        };
     }
     // Whatever is left of the group (a grandchild, a child ignoring TERM).
     signal_group(pid, Signal::KILL);

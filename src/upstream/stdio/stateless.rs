@@ -93,7 +93,7 @@ impl Stdio {
             ))
         }
         .await;
-        self.0.fleet.stop_all().await;
+        self.0.fleet.stop_all(&tokio_util::sync::CancellationToken::new()).await;
         found
     }
 }
