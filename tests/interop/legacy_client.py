@@ -399,6 +399,14 @@ async def run(url: str, upstream: str, label: str, auth: argparse.Namespace) -> 
                     assert not wrong, "; ".join(wrong)
 
                 async def get_stream():
+                    # The SDK opens its GET stream on its own; on a stdio upstream
+                    # it needs a process of its own, whose start can take a second
+                    # or more on a loaded machine: wait (10 s at most) for an answer.
+                    until = time.monotonic() + 10
+                    while time.monotonic() < until and not any(
+                        e["method"] == "GET" and "status" in e for e in exchanges
+                    ):
+                        await anyio.sleep(0.05)
                     gets = [e for e in exchanges if e["method"] == "GET"]
                     assert gets, "the SDK opened no GET stream"
                     want = legacy.get("getStreamStatus", 200)

@@ -476,6 +476,11 @@ await flow(
 );
 
 await flow('get-stream', async () => {
+  // The SDK opens its GET stream on its own after initialize; on a stdio
+  // upstream the stream needs a process of its own, whose start can take a
+  // second or more on a loaded machine: wait (10 s at most) for an answer.
+  const answered = () => exchanges.some((e) => e.method === 'GET' && e.status !== undefined);
+  for (const until = performance.now() + 10_000; !answered() && performance.now() < until; ) await sleep(50);
   const gets = exchanges.filter((e) => e.method === 'GET');
   assert(gets.length > 0, 'the SDK opened no GET stream');
   const want = legacy.getStreamStatus ?? 200;
