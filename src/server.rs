@@ -79,8 +79,8 @@ pub struct Gateway {
     /// The configuration's generation and its reloads, for `/status`.
     reloads: crate::status::Reloads,
     started: std::time::SystemTime,
-    /// Shutdown without waiting: the drain and the connections' grace end
-    /// at once (a second signal).
+    /// Shutdown without waiting (a second signal): the drain and the
+    /// connections' grace end at once, every later step within a second.
     hurry: CancellationToken,
 }
 
@@ -165,8 +165,9 @@ impl Gateway {
     pub async fn flush_spans(&self) {
         #[cfg(feature = "otlp")]
         if let Some(spans) = &self.sinks.spans {
-            // The exporter's own bound, or a second once told to hurry.
-            let _ = crate::shutdown::bounded(spans.flush(), std::time::Duration::MAX, &self.hurry).await;
+            // The exporter bounds itself (5 s); a second once told to hurry.
+            let _ = crate::shutdown::bounded(spans.flush(), std::time::Duration::from_secs(10), &self.hurry)
+                .await;
         }
     }
 

@@ -587,10 +587,9 @@ impl Bridge {
         Done::Result(translate::input_required(init, Value::Object(requests), sealed))
     }
 
-    /// Declines the questions of parked flows whose TTL passed, until shutdown;
-    /// then declines every flow still parked.
-    /// Ends expired flows until `shutdown`; then declines what is left
-    /// upstream, for at most [`SHUTDOWN_DECLINES`] (a second once `hurry`).
+    /// Declines the questions of parked flows whose TTL passed, until
+    /// `shutdown`; then declines every flow still parked, for at most
+    /// [`SHUTDOWN_DECLINES`] in all (a second once `hurry` is cancelled).
     pub async fn run_flow_reaper(
         self: Arc<Self>,
         shutdown: tokio_util::sync::CancellationToken,
