@@ -7,18 +7,14 @@
 //! fuzzed header values from after the body's last NUL (split by 0x1f).
 #![no_main]
 
-use http::{HeaderMap, HeaderName, HeaderValue};
+mod common;
+
+use common::add;
+use http::HeaderMap;
 use libfuzzer_sys::fuzz_target;
-use serde_json::Value;
 
 const FUZZED: [&str; 5] =
     ["mcp-protocol-version", "mcp-method", "mcp-name", "mcp-param-region", "content-type"];
-
-fn add(headers: &mut HeaderMap, name: &'static str, value: &[u8]) {
-    if let Ok(v) = HeaderValue::from_bytes(value) {
-        headers.append(HeaderName::from_static(name), v);
-    }
-}
 
 fuzz_target!(|input: &[u8]| {
     let [flags, rest @ ..] = input else { return };
@@ -31,22 +27,12 @@ fuzz_target!(|input: &[u8]| {
         add(&mut headers, "mcp-protocol-version", sessionless::front::SUPPORTED_VERSIONS[0].as_bytes());
     }
     if flags & 2 != 0 {
-        if let Ok(v) = serde_json::from_slice::<Value>(body) {
-            if let Some(m) = v.get("method").and_then(Value::as_str) {
-                add(&mut headers, "mcp-method", m.as_bytes());
-            }
-            let params = v.get("params");
-            if let Some(n) = params.and_then(|p| p.get("name").or(p.get("uri"))).and_then(Value::as_str) {
-                add(&mut headers, "mcp-name", n.as_bytes());
-            }
-        }
+        common::mirror(&mut headers, body);
     }
-    // (Only with the flag: splitting no bytes still yields one empty value,
-    // which made every other input carry an empty version header.)
+    // (Only with the flag: an empty value for every input would read as a
+    // version header on every other input.)
     if flags & 4 != 0 {
-        for (name, value) in FUZZED.iter().zip(extra.split(|&b| b == 0x1f)) {
-            add(&mut headers, name, value);
-        }
+        common::fuzzed(&mut headers, &FUZZED, extra);
     }
     // The strict read comes first on every path; the rest read what it accepts.
     let Ok(message) = sessionless::front::strict::read(body) else { return };

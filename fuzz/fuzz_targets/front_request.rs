@@ -28,8 +28,8 @@ mod common;
 
 use std::sync::{Arc, LazyLock};
 
-use common::{Raw, READERS};
-use http::{HeaderMap, HeaderName, HeaderValue, Method as Verb};
+use common::{add, Raw, READERS};
+use http::{HeaderMap, Method as Verb};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Map, Value};
 use sessionless::authz::{self, Rule, Target, View, Who};
@@ -72,12 +72,6 @@ enum Forwarded<'b> {
     Call(Method, Map<String, Value>, Called),
 }
 
-fn add(headers: &mut HeaderMap, name: &'static str, value: &[u8]) {
-    if let Ok(v) = HeaderValue::from_bytes(value) {
-        headers.append(HeaderName::from_static(name), v);
-    }
-}
-
 fn request(flags: u8, body: &[u8], extra: &[u8]) -> (Verb, HeaderMap) {
     let verb = [Verb::POST, Verb::POST, Verb::GET, Verb::DELETE][usize::from(flags & 3)].clone();
     let mut headers = HeaderMap::new();
@@ -98,21 +92,10 @@ fn request(flags: u8, body: &[u8], extra: &[u8]) -> (Verb, HeaderMap) {
         add(&mut headers, "mcp-protocol-version", v.as_bytes());
     }
     if flags & 0x40 != 0 {
-        if let Ok(v) = serde_json::from_slice::<Value>(body) {
-            if let Some(m) = v.get("method").and_then(Value::as_str) {
-                add(&mut headers, "mcp-method", m.as_bytes());
-            }
-            let params = v.get("params");
-            if let Some(n) = params.and_then(|p| p.get("name").or(p.get("uri"))).and_then(Value::as_str) {
-                add(&mut headers, "mcp-name", n.as_bytes());
-            }
-        }
+        common::mirror(&mut headers, body);
     }
-    // (Only with the flag: splitting no bytes still yields one empty value.)
     if flags & 0x80 != 0 {
-        for (name, value) in FUZZED.iter().zip(extra.split(|&b| b == 0x1f)) {
-            add(&mut headers, name, value);
-        }
+        common::fuzzed(&mut headers, &FUZZED, extra);
     }
     (verb, headers)
 }

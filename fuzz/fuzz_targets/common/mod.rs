@@ -5,7 +5,37 @@
 
 use std::fmt;
 
+use http::{HeaderMap, HeaderName, HeaderValue};
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+
+/// Appends a header when its bytes make a valid value (a fuzzed one may not).
+pub fn add(headers: &mut HeaderMap, name: &'static str, value: &[u8]) {
+    if let Ok(v) = HeaderValue::from_bytes(value) {
+        headers.append(HeaderName::from_static(name), v);
+    }
+}
+
+/// Mirrors the body's method, and its name (or URI), into `Mcp-Method` and
+/// `Mcp-Name`, so that header validation lets the body through.
+pub fn mirror(headers: &mut HeaderMap, body: &[u8]) {
+    let Ok(v) = serde_json::from_slice::<Value>(body) else { return };
+    if let Some(m) = v.get("method").and_then(Value::as_str) {
+        add(headers, "mcp-method", m.as_bytes());
+    }
+    let params = v.get("params");
+    if let Some(n) = params.and_then(|p| p.get("name").or(p.get("uri"))).and_then(Value::as_str) {
+        add(headers, "mcp-name", n.as_bytes());
+    }
+}
+
+/// Fuzzed values for `names`, in order, from `extra` split at 0x1f. (Only
+/// when the input asks: splitting no bytes still yields one empty value.)
+pub fn fuzzed(headers: &mut HeaderMap, names: &[&'static str], extra: &[u8]) {
+    for (name, value) in names.iter().zip(extra.split(|&b| b == 0x1f)) {
+        add(headers, name, value);
+    }
+}
 
 /// A JSON value with every member of every object kept: what serde_json's
 /// `Value` (the last repeat wins) cannot show.
